@@ -1,0 +1,71 @@
+// Errors as values at module boundaries: a Status with a canonical code and a
+// message that says what failed, where, and what to do; Result<T> holds either.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace muster {
+
+enum class Code {
+  ok,
+  invalid_argument,
+  not_found,
+  already_exists,
+  timeout,
+  unavailable,
+  closed,
+  auth_failed,
+  io_error,
+  internal,
+};
+
+const char* code_name(Code code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status ok_status() { return {}; }
+
+  bool ok() const { return code_ == Code::ok; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Code code_ = Code::ok;
+  std::string message_;
+};
+
+inline Status invalid_argument(std::string message) {
+  return {Code::invalid_argument, std::move(message)};
+}
+inline Status io_error(std::string message) { return {Code::io_error, std::move(message)}; }
+
+// Holds a value or a non-ok Status.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : state_(std::move(status)) {}  // NOLINT: implicit by design
+
+  bool ok() const { return std::holds_alternative<T>(state_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(state_);
+  }
+  T& value() & { return std::get<T>(state_); }
+  const T& value() const& { return std::get<T>(state_); }
+  T&& value() && { return std::get<T>(std::move(state_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::variant<T, Status> state_;
+};
+
+}  // namespace muster

@@ -1,0 +1,339 @@
+#include "agent.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "failure_report.hpp"
+#include "macros.hpp"
+#include "muster/common/endpoint.hpp"
+#include "muster/common/log.hpp"
+#include "muster/rendezvous/rank_assignment.hpp"
+#include "signals.hpp"
+
+namespace muster::launcher {
+namespace {
+
+std::string env_or(const Environment& env, const std::string& key, const std::string& fallback) {
+  auto it = env.find(key);
+  return it == env.end() ? fallback : it->second;
+}
+
+std::string strip_brackets(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') return host.substr(1, host.size() - 2);
+  return host;
+}
+
+std::string signal_label(int signo) {
+  std::string name = signal_name(signo);
+  return name.empty() ? std::to_string(signo) : name;
+}
+
+}  // namespace
+
+Agent::Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, LaunchConfig cfg, Environment env)
+    : io_(io),
+      signals_(signals),
+      cfg_(std::move(cfg)),
+      env_(std::move(env)),
+      core_(cfg_.nproc_per_node, cfg_.max_restarts),
+      supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
+      shutdown_timer_(io) {}
+
+Status Agent::form_group() {
+  if (cfg_.max_nodes > 1) {
+    return Status(Code::invalid_argument,
+                  "--nnodes=" + std::to_string(cfg_.min_nodes) + ":" + std::to_string(cfg_.max_nodes) +
+                      " asks for a multi-node job, which needs the multi-node rendezvous that this "
+                      "muster build does not have yet; run one node per job (--nnodes=1)");
+  }
+  // One node: this agent is group rank 0 of a group of one.
+  rendezvous::NodeSlot self{cfg_.role, cfg_.nproc_per_node};
+  auto ranks = rendezvous::assign_worker_ranks({self}).front();
+  group_.role = cfg_.role;
+  group_.group_rank = 0;
+  group_.group_world_size = 1;
+  group_.local_world_size = cfg_.nproc_per_node;
+  group_.base_global_rank = ranks.base_global_rank;
+  group_.global_world_size = ranks.global_world_size;
+  group_.base_role_rank = ranks.base_role_rank;
+  group_.role_world_size = ranks.role_world_size;
+  group_.run_id = cfg_.rdzv_id;
+  group_.max_restarts = cfg_.max_restarts;
+  // Worker 0 hosts the workers' store on MASTER_PORT; the agent holds the port
+  // until the workers start.
+  group_.use_agent_store = false;
+
+  int wanted_port = 0;
+  if (cfg_.rdzv_backend == "static") {
+    if (cfg_.node_rank != 0) {
+      return Status(Code::invalid_argument,
+                    "--node-rank=" + std::to_string(cfg_.node_rank) +
+                        " does not exist in a job of one node; use --node-rank=0 or --nnodes=N");
+    }
+    auto ep = parse_endpoint(cfg_.rdzv_endpoint, -1);
+    if (!ep.ok()) return ep.status();
+    if (ep->port < 0) {
+      return invalid_argument("port is missing in endpoint: " + cfg_.rdzv_endpoint + ". Try to specify --master-port");
+    }
+    group_.master_addr = strip_brackets(ep->host);
+    wanted_port = ep->port;
+  } else {
+    group_.master_addr = cfg_.local_addr ? *cfg_.local_addr : local_fqdn();
+  }
+  auto reserved = PortReservation::acquire(wanted_port);
+  if (!reserved.ok()) return reserved.status();
+  group_.master_port = reserved->port();
+  port_ = std::move(reserved.value());
+
+  auto path = resolve_executable(cfg_.executable, env_or(env_, "PATH", ""));
+  if (!path.ok()) return path.status();
+  resolved_executable_ = path.value();
+  return {};
+}
+
+int Agent::run() {
+  host_ = local_fqdn();
+  wait_for_signal();
+  if (auto st = form_group(); !st.ok()) {
+    log::error(st.message());
+    return 1;
+  }
+  if (log::enabled(log::Level::info)) {
+    log::info("[" + cfg_.role + "] Rendezvous complete for workers. Result:\n  restart_count=0\n  master_addr=" +
+              group_.master_addr + "\n  master_port=" + std::to_string(group_.master_port) +
+              "\n  group_rank=0\n  group_world_size=1\n  local_world_size=" + std::to_string(cfg_.nproc_per_node));
+  }
+  // A signal that arrived before now is already queued in the signal_set and
+  // is handled by the first turn of the loop, before any worker starts.
+  boost::asio::post(io_, [this] {
+    if (!finished_ && core_.phase() == Phase::idle) apply(core_.start());
+  });
+  io_.run();
+  return exit_code_;
+}
+
+void Agent::wait_for_signal() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
+    if (ec || finished_) return;
+    log::warning("Received " + signal_label(signo) + " death signal, shutting down workers");
+    apply(core_.on_signal(signo));
+    wait_for_signal();
+  });
+}
+
+void Agent::apply(const std::vector<Action>& actions) {
+  for (const auto& a : actions) {
+    if (finished_) return;
+    if (const auto* start = std::get_if<action::StartWorkers>(&a)) {
+      if (start->restart_count > 0) {
+        log::warning("[" + cfg_.role + "] Worker group FAILED. " +
+                     std::to_string(core_.remaining_restarts() + 1) + "/" + std::to_string(cfg_.max_restarts) +
+                     " attempts left; will restart worker group");
+      }
+      start_workers(start->restart_count);
+    } else if (const auto* sig = std::get_if<action::SignalWorkers>(&a)) {
+      last_stop_signal_ = sig->signo;
+      for (int lr : supervisor_.running()) {
+        log::warning("Sending process " + std::to_string(supervisor_.worker_pid(lr)) + " closing signal " +
+                     signal_label(sig->signo));
+      }
+      supervisor_.signal_all(sig->signo);
+    } else if (std::holds_alternative<action::ArmShutdownTimer>(a)) {
+      shutdown_timer_.expires_after(std::chrono::seconds(cfg_.shutdown_timeout));
+      shutdown_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) apply(core_.on_shutdown_timer());
+      });
+    } else if (std::holds_alternative<action::CancelShutdownTimer>(a)) {
+      shutdown_timer_.cancel();
+    } else if (std::holds_alternative<action::KillWorkers>(a)) {
+      for (int lr : supervisor_.running()) {
+        log::warning("Unable to shutdown process " + std::to_string(supervisor_.worker_pid(lr)) + " via " +
+                     signal_label(last_stop_signal_) + ", forcefully exiting via SIGKILL");
+      }
+      supervisor_.signal_all(SIGKILL);
+    } else if (const auto* fin = std::get_if<action::Finish>(&a)) {
+      finish(fin->exit_code);
+    }
+  }
+}
+
+std::vector<WorkerLaunch> Agent::build_launches(const std::string& attempt_dir) {
+  std::vector<WorkerLaunch> launches;
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
+    WorkerLaunch w;
+    w.local_rank = lr;
+    w.path = resolved_executable_;
+    w.argv.push_back(cfg_.executable);
+    for (const auto& a : cfg_.args) w.argv.push_back(substitute_local_rank(a, lr));
+
+    std::string rank_dir = logs_->disabled() ? std::string() : logs_->rank_dir(attempt_dir, lr);
+    std::string error_file = rank_dir.empty() ? std::string() : rank_dir + "/error.json";
+    error_files_[lr] = error_file;
+    auto env = build_worker_env(env_, group_, lr, error_file, cfg_.virtual_local_rank);
+    if (!env.ok()) {
+      log::error(env.status().message());
+      return {};
+    }
+    w.envp = to_envp(env.value());
+
+    bool shown = !cfg_.local_ranks_filter || cfg_.local_ranks_filter->count(lr) > 0;
+    std::string prefix = "[" + cfg_.role + std::to_string(lr) + "]:";
+    if (auto tmpl = env_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); tmpl != env_.end()) {
+      prefix = safe_substitute(tmpl->second, {{"role_name", cfg_.role},
+                                              {"rank", std::to_string(group_.base_global_rank + lr)},
+                                              {"local_rank", std::to_string(lr)}});
+    }
+    auto plan = [&](unsigned bit, const char* file, int console_fd, int filtered_fd,
+                    const std::vector<std::string>& filters) {
+      StreamPlan p;
+      bool tee = (cfg_.tee.for_rank(lr) & bit) != 0;
+      bool redirect = (cfg_.redirects.for_rank(lr) & bit) != 0;
+      std::string path = rank_dir.empty() ? std::string() : rank_dir + "/" + file;
+      if (tee && shown) {
+        p.mode = StreamPlan::Mode::tee;
+        p.path = path;
+        p.tee.console_fd = console_fd;
+        p.tee.prefix = prefix;
+        p.tee.filtered_fd = filtered_fd;
+        p.tee.filters = filters;
+      } else if (tee || redirect) {
+        p.mode = path.empty() ? StreamPlan::Mode::devnull : StreamPlan::Mode::file;
+        p.path = path;
+      } else {
+        p.mode = shown ? StreamPlan::Mode::inherit : StreamPlan::Mode::devnull;
+      }
+      return p;
+    };
+    w.out = plan(kStdOut, "stdout.log", STDOUT_FILENO, filtered_stdout_fd_, cfg_.duplicate_stdout_filters);
+    w.err = plan(kStdErr, "stderr.log", STDERR_FILENO, filtered_stderr_fd_, cfg_.duplicate_stderr_filters);
+    launches.push_back(std::move(w));
+  }
+  return launches;
+}
+
+void Agent::start_workers(int restart_count) {
+  exits_.clear();
+  error_files_.clear();
+  group_.restart_count = restart_count;
+  if (!logs_) {
+    auto logs = LogDirectory::create(cfg_.log_dir, cfg_.rdzv_id, env_or(env_, "TMPDIR", "/tmp"));
+    if (!logs.ok()) {
+      log::error(logs.status().message());
+      finish(1);
+      return;
+    }
+    logs_ = std::move(logs.value());
+    if (!logs_->disabled()) log::info("log directory set to: " + logs_->run_dir());
+  }
+  auto attempt = logs_->prepare_attempt(restart_count, cfg_.nproc_per_node);
+  if (!attempt.ok()) {
+    log::error(attempt.status().message());
+    finish(1);
+    return;
+  }
+  open_filtered_logs(attempt.value());
+  auto launches = build_launches(attempt.value());
+  if (static_cast<int>(launches.size()) != cfg_.nproc_per_node) {
+    finish(1);
+    return;
+  }
+  if (port_) port_->release();
+  if (auto st = supervisor_.start(launches); !st.ok()) {
+    log::error(st.message());
+    finish(1);
+  }
+}
+
+void Agent::open_filtered_logs(const std::string& attempt_dir) {
+  for (int* fd : {&filtered_stdout_fd_, &filtered_stderr_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  if (attempt_dir.empty()) return;
+  auto open_log = [&](const std::vector<std::string>& filters, const char* name) {
+    if (filters.empty()) return -1;
+    std::string path = attempt_dir + "/" + name;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) log::warning("cannot create " + path + ": " + std::strerror(errno));
+    return fd;
+  };
+  filtered_stdout_fd_ = open_log(cfg_.duplicate_stdout_filters, "filtered_stdout.log");
+  filtered_stderr_fd_ = open_log(cfg_.duplicate_stderr_filters, "filtered_stderr.log");
+}
+
+void Agent::on_worker_exit(const WorkerExit& e) {
+  exits_[e.local_rank] = e;
+  if (!e.status.success() && core_.phase() == Phase::running) {
+    log::error("failed (exitcode: " + std::to_string(e.status.torch_exitcode()) +
+               ") local_rank: " + std::to_string(e.local_rank) + " (pid: " + std::to_string(e.pid) +
+               ") of binary: " + cfg_.executable);
+  }
+  apply(core_.on_worker_exit(e.local_rank, e.status));
+}
+
+void Agent::finish(int exit_code) {
+  if (finished_) return;
+  finished_ = true;
+  exit_code_ = exit_code;
+  shutdown_timer_.cancel();
+  signals_.cancel();
+  if (exit_code != 0) {
+    if (core_.stop_reason() == StopReason::signal && core_.received_signal()) {
+      std::string msg = "SignalException: Process " + std::to_string(getpid()) +
+                        " got signal: " + std::to_string(*core_.received_signal()) + "\n";
+      write_fully(STDERR_FILENO, msg.data(), msg.size());
+    } else if (!core_.failures().empty()) {
+      report_failure();
+    }
+  } else {
+    log::info("[" + cfg_.role + "] worker group successfully finished.");
+  }
+  for (int* fd : {&filtered_stdout_fd_, &filtered_stderr_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  io_.stop();
+}
+
+void Agent::report_failure() {
+  std::vector<ProcessFailure> failures;
+  for (const auto& f : core_.failures()) {
+    auto it = exits_.find(f.local_rank);
+    pid_t pid = it != exits_.end() ? it->second.pid : supervisor_.worker_pid(f.local_rank);
+    long long when = it != exits_.end()
+                         ? std::chrono::duration_cast<std::chrono::seconds>(it->second.when.time_since_epoch()).count()
+                         : static_cast<long long>(time(nullptr));
+    failures.push_back(make_process_failure(group_.base_global_rank + f.local_rank, f.local_rank, pid,
+                                            f.status.torch_exitcode(), error_files_[f.local_rank], when,
+                                            f.stopped_by_agent));
+  }
+  std::string report = "ChildFailedError: " + format_failure_report(cfg_.entrypoint_name, failures, host_) + "\n";
+  write_fully(STDERR_FILENO, report.data(), report.size());
+  copy_error_file_to_parent(failures[root_cause_index(failures)]);
+}
+
+void Agent::copy_error_file_to_parent(const ProcessFailure& root) {
+  auto parent = env_.find("TORCHELASTIC_ERROR_FILE");
+  if (parent == env_.end() || parent->second.empty() || root.error_file == "<N/A>") return;
+  auto content = read_error_file(root.error_file);
+  if (!content.ok()) return;
+  try {
+    auto data = nlohmann::json::parse(content->raw_json);
+    if (data["message"].is_object() && root.exitcode != 0) data["message"]["errorCode"] = root.exitcode;
+    std::ofstream out(parent->second, std::ios::trunc);
+    out << data.dump();
+    log::info("dumped error file to parent's " + parent->second);
+  } catch (const std::exception& e) {
+    log::warning("cannot copy the error file " + root.error_file + " to " + parent->second + ": " + e.what());
+  }
+}
+
+}  // namespace muster::launcher

@@ -1,0 +1,66 @@
+// The agent's driver: one event loop around AgentCore. It forms this node's
+// group, lays out the attempt's log directory, starts the workers through the
+// Supervisor, forwards signals, arms the shutdown grace timer, and prints
+// torchrun's failure report when the run fails.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent_core.hpp"
+#include "failure_report.hpp"
+#include "launch_config.hpp"
+#include "log_dir.hpp"
+#include "port_reservation.hpp"
+#include "supervisor.hpp"
+#include "worker_env.hpp"
+
+namespace muster::launcher {
+
+class Agent {
+ public:
+  // env: the agent's environment with its own additions already made.
+  Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, LaunchConfig cfg, Environment env);
+
+  // Runs the job to its end; returns the agent's exit code.
+  int run();
+
+ private:
+  Status form_group();
+  void wait_for_signal();
+  void apply(const std::vector<Action>& actions);
+  void start_workers(int restart_count);
+  void on_worker_exit(const WorkerExit& e);
+  void finish(int exit_code);
+  void report_failure();
+  void copy_error_file_to_parent(const ProcessFailure& root);
+  std::vector<WorkerLaunch> build_launches(const std::string& attempt_dir);
+  void open_filtered_logs(const std::string& attempt_dir);
+
+  boost::asio::io_context& io_;
+  boost::asio::signal_set& signals_;
+  LaunchConfig cfg_;
+  Environment env_;
+  AgentCore core_;
+  Supervisor supervisor_;
+  boost::asio::steady_timer shutdown_timer_;
+  std::optional<LogDirectory> logs_;
+  std::optional<PortReservation> port_;
+  GroupAssignment group_;
+  std::string resolved_executable_;
+  std::string host_;
+  std::map<int, WorkerExit> exits_;
+  std::map<int, std::string> error_files_;
+  int filtered_stdout_fd_ = -1;
+  int filtered_stderr_fd_ = -1;
+  int last_stop_signal_ = 0;
+  int exit_code_ = 1;
+  bool finished_ = false;
+};
+
+}  // namespace muster::launcher

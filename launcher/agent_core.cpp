@@ -1,0 +1,93 @@
+#include "agent_core.hpp"
+
+#include <csignal>
+
+namespace muster::launcher {
+
+AgentCore::AgentCore(int nproc, int max_restarts) : nproc_(nproc), max_restarts_(max_restarts) {}
+
+std::vector<Action> AgentCore::begin_attempt() {
+  phase_ = Phase::running;
+  reason_ = StopReason::none;
+  alive_.assign(static_cast<std::size_t>(nproc_), true);
+  live_ = nproc_;
+  failures_.clear();
+  return {action::StartWorkers{restart_count_}};
+}
+
+std::vector<Action> AgentCore::start() {
+  if (phase_ != Phase::idle) return {};
+  return begin_attempt();
+}
+
+std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status) {
+  if (phase_ != Phase::running && phase_ != Phase::stopping) return {};
+  if (local_rank < 0 || local_rank >= nproc_ || !alive_[static_cast<std::size_t>(local_rank)]) return {};
+  alive_[static_cast<std::size_t>(local_rank)] = false;
+  --live_;
+  std::vector<Action> out;
+  if (phase_ == Phase::running) {
+    if (!status.success()) {
+      failures_.push_back({local_rank, status, false});
+      phase_ = Phase::stopping;
+      reason_ = StopReason::failure;
+      if (live_ > 0) {
+        out.push_back(action::SignalWorkers{SIGTERM});
+        out.push_back(action::ArmShutdownTimer{});
+      }
+    }
+  } else if (!status.success()) {
+    failures_.push_back({local_rank, status, true});
+  }
+  auto rest = after_exit();
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
+}
+
+std::vector<Action> AgentCore::after_exit() {
+  if (live_ > 0) return {};
+  if (phase_ == Phase::running) {  // every worker succeeded
+    phase_ = Phase::finished;
+    return {action::Finish{0}};
+  }
+  std::vector<Action> out{action::CancelShutdownTimer{}};
+  if (reason_ == StopReason::failure && restart_count_ < max_restarts_) {
+    ++restart_count_;
+    auto start = begin_attempt();
+    out.insert(out.end(), start.begin(), start.end());
+    return out;
+  }
+  phase_ = Phase::finished;
+  out.push_back(action::Finish{1});
+  return out;
+}
+
+std::vector<Action> AgentCore::on_signal(int signo) {
+  switch (phase_) {
+    case Phase::idle:
+      signal_ = signo;
+      reason_ = StopReason::signal;
+      phase_ = Phase::finished;
+      return {action::Finish{1}};
+    case Phase::running:
+      signal_ = signo;
+      reason_ = StopReason::signal;
+      phase_ = Phase::stopping;
+      return {action::SignalWorkers{signo}, action::ArmShutdownTimer{}};
+    case Phase::stopping:
+      // A signal during a failure stop turns it into a shutdown: no restart.
+      signal_ = signo;
+      reason_ = StopReason::signal;
+      return {action::SignalWorkers{signo}};
+    case Phase::finished:
+      return {};
+  }
+  return {};
+}
+
+std::vector<Action> AgentCore::on_shutdown_timer() {
+  if (phase_ != Phase::stopping || live_ == 0) return {};
+  return {action::KillWorkers{}};
+}
+
+}  // namespace muster::launcher

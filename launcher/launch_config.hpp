@@ -1,0 +1,59 @@
+// What a muster command line means once parsed and resolved: torchrun's
+// LaunchConfig plus the worker command.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "std_spec.hpp"
+
+namespace muster::launcher {
+
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;  // after the static / standalone rewrites
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;  // "timeout" always present, as in torchrun
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval = 0.1;
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  std::optional<std::string> log_dir;
+  StdSpec redirects;
+  StdSpec tee;
+  std::optional<std::set<int>> local_ranks_filter;
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::optional<std::string> local_addr;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::vector<int> signal_numbers;  // the parsed form of signals_to_handle
+  int shutdown_timeout = 30;
+  bool virtual_local_rank = false;
+
+  // The worker program: executable (PATH lookup when it has no '/') and its
+  // arguments, before $local_rank substitution.
+  std::string executable;
+  std::vector<std::string> args;
+  // The name shown in the failure report's title.
+  std::string entrypoint_name;
+
+  // Set when OMP_NUM_THREADS was absent and nproc > 1: the agent sets it to 1
+  // and prints torchrun's banner.
+  bool set_omp_num_threads = false;
+
+  // Things to log at WARNING once logging is up.
+  std::vector<std::string> warnings;
+};
+
+}  // namespace muster::launcher

@@ -1,0 +1,149 @@
+// muster: the per-node agent, a drop-in for torchrun.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent.hpp"
+#include "cli.hpp"
+#include "muster/common/log.hpp"
+
+extern char** environ;
+
+namespace {
+
+using muster::launcher::Environment;
+
+// Workers inherit 0-2; make sure they name something.
+void ensure_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0) {
+      int n = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+      if (n >= 0 && n != fd) {
+        dup2(n, fd);
+        close(n);
+      }
+    }
+  }
+}
+
+Environment read_environment() {
+  Environment env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+std::string new_uuid4() {
+  unsigned char b[16] = {0};
+  std::ifstream("/dev/urandom", std::ios::binary).read(reinterpret_cast<char*>(b), sizeof b);
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+  char out[37];
+  std::snprintf(out, sizeof out, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return out;
+}
+
+// NVIDIA devices without CUDA: the driver's /proc entries, else /dev/nvidiaN,
+// narrowed by CUDA_VISIBLE_DEVICES as the CUDA runtime narrows them.
+muster::Result<int> count_gpus(const Environment& env) {
+  int devices = 0;
+  for (int i = 0; i < 1024; ++i) {
+    struct stat st{};
+    if (stat(("/dev/nvidia" + std::to_string(i)).c_str(), &st) != 0) break;
+    ++devices;
+  }
+  auto cvd = env.find("CUDA_VISIBLE_DEVICES");
+  if (cvd == env.end()) return devices;
+  int visible = 0;
+  std::string v = cvd->second;
+  std::size_t pos = 0;
+  while (pos <= v.size()) {
+    std::size_t comma = v.find(',', pos);
+    std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
+    char* end = nullptr;
+    long index = item.empty() ? -1 : std::strtol(item.c_str(), &end, 10);
+    bool index_ok = !item.empty() && *end == '\0' && index >= 0 && index < devices;
+    if (!uuid && !index_ok) break;  // CUDA stops at the first invalid entry
+    ++visible;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return std::min(visible, devices);
+}
+
+constexpr const char* kOmpBanner =
+    "\n*****************************************\n"
+    "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your "
+    "system being overloaded, please further tune the variable for optimal performance in your "
+    "application as needed. \n"
+    "*****************************************";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_standard_fds();
+  // Hold the usual termination signals from the first instruction on, so one
+  // that arrives during start-up is handled rather than killing the agent.
+  sigset_t early;
+  sigemptyset(&early);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&early, s);
+  sigprocmask(SIG_BLOCK, &early, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  muster::log::init_from_env("muster");
+  Environment env = read_environment();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string prog = "muster";
+
+  auto parsed = muster::launcher::parse_args(args, env);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%smuster: error: %s\n", muster::launcher::usage_text(prog).c_str(),
+                 parsed.status().message().c_str());
+    return 2;
+  }
+  if (parsed->help) {
+    std::fputs(muster::launcher::help_text(prog).c_str(), stdout);
+    return 0;
+  }
+  muster::launcher::HostFacts host;
+  host.cpu_count = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  host.gpu_count = [&env] { return count_gpus(env); };
+  host.new_run_id = new_uuid4;
+  auto cfg = muster::launcher::resolve_config(parsed.value(), env, host);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "%smuster: error: %s\n", muster::launcher::usage_text(prog).c_str(),
+                 cfg.status().message().c_str());
+    return 2;
+  }
+  for (const auto& w : cfg->warnings) muster::log::warning(w);
+  if (cfg->set_omp_num_threads) {
+    env["OMP_NUM_THREADS"] = "1";
+    muster::log::warning(kOmpBanner);
+  }
+  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = cfg->signals_to_handle;
+
+  boost::asio::io_context io(1);
+  boost::asio::signal_set signals(io);
+  for (int s : cfg->signal_numbers) signals.add(s);
+  sigprocmask(SIG_UNBLOCK, &early, nullptr);
+
+  muster::launcher::Agent agent(io, signals, std::move(cfg.value()), std::move(env));
+  return agent.run();
+}

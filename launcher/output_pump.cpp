@@ -1,0 +1,86 @@
+#include "output_pump.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace muster::launcher {
+
+void write_fully(int fd, const char* data, std::size_t len) {
+  while (len > 0) {
+    ssize_t w = ::write(fd, data, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    data += w;
+    len -= static_cast<std::size_t>(w);
+  }
+}
+
+OutputPump::OutputPump(boost::asio::io_context& io, int pipe_read_fd, PumpTargets targets)
+    : pipe_(io, pipe_read_fd), targets_(std::move(targets)) {
+  pipe_.non_blocking(true);
+}
+
+OutputPump::~OutputPump() {
+  if (targets_.file_fd >= 0) ::close(targets_.file_fd);
+}
+
+void OutputPump::start() { read_more(); }
+
+void OutputPump::read_more() {
+  if (eof_) return;
+  auto self = shared_from_this();
+  pipe_.async_read_some(boost::asio::buffer(buf_), [self](const boost::system::error_code& ec, std::size_t n) {
+    if (n > 0) self->consume(std::string_view(self->buf_.data(), n));
+    if (ec) {
+      if (ec != boost::asio::error::operation_aborted) self->at_eof();
+      return;
+    }
+    self->read_more();
+  });
+}
+
+void OutputPump::drain() {
+  while (!eof_) {
+    ssize_t r = ::read(pipe_.native_handle(), buf_.data(), buf_.size());
+    if (r > 0) {
+      consume(std::string_view(buf_.data(), static_cast<std::size_t>(r)));
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) at_eof();
+    return;  // EAGAIN: a writer is still alive; the async read carries on
+  }
+}
+
+void OutputPump::consume(std::string_view data) {
+  if (targets_.file_fd >= 0) write_fully(targets_.file_fd, data.data(), data.size());
+  splitter_.feed(data, [this](std::string_view line, bool complete) { emit_line(line, complete); });
+}
+
+void OutputPump::emit_line(std::string_view line, bool /*complete*/) {
+  line_buf_.clear();
+  line_buf_ += targets_.prefix;
+  line_buf_.append(line);
+  line_buf_.push_back('\n');
+  if (targets_.console_fd >= 0) write_fully(targets_.console_fd, line_buf_.data(), line_buf_.size());
+  if (targets_.filtered_fd >= 0) {
+    for (const auto& f : targets_.filters) {
+      if (line.find(f) != std::string_view::npos) {
+        write_fully(targets_.filtered_fd, line_buf_.data(), line_buf_.size());
+        break;
+      }
+    }
+  }
+}
+
+void OutputPump::at_eof() {
+  if (eof_) return;
+  eof_ = true;
+  splitter_.finish([this](std::string_view line, bool complete) { emit_line(line, complete); });
+  boost::system::error_code ignored;
+  pipe_.cancel(ignored);
+}
+
+}  // namespace muster::launcher

@@ -1,0 +1,54 @@
+// Carries one tee'd stream of one worker: bytes from the worker's pipe go to
+// its log file unchanged and, line by line with the rank's prefix, to the
+// agent's console. Each console line is one write(), so lines of different
+// workers never interleave mid-line.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "line_splitter.hpp"
+
+namespace muster::launcher {
+
+struct PumpTargets {
+  int file_fd = -1;       // owned; -1 for none
+  int console_fd = -1;    // not owned; -1 for none
+  std::string prefix;
+  int filtered_fd = -1;   // not owned; lines matching a filter are copied here
+  std::vector<std::string> filters;
+};
+
+class OutputPump : public std::enable_shared_from_this<OutputPump> {
+ public:
+  OutputPump(boost::asio::io_context& io, int pipe_read_fd, PumpTargets targets);
+  ~OutputPump();
+
+  void start();
+  // Reads whatever the pipe still holds without blocking, and flushes a
+  // partial last line once the pipe reached end-of-file.
+  void drain();
+  bool finished() const { return eof_; }
+
+ private:
+  void read_more();
+  void consume(std::string_view data);
+  void emit_line(std::string_view line, bool complete);
+  void at_eof();
+
+  boost::asio::posix::stream_descriptor pipe_;
+  PumpTargets targets_;
+  LineSplitter splitter_;
+  std::array<char, 65536> buf_{};
+  std::string line_buf_;
+  bool eof_ = false;
+};
+
+// write() until done or an error; EINTR-safe.
+void write_fully(int fd, const char* data, std::size_t len);
+
+}  // namespace muster::launcher

@@ -1,0 +1,34 @@
+// The shim: a forked copy of the agent that sits between the agent and one
+// worker so that nothing outlives the agent.
+//
+// Contract:
+//  * It is a child subreaper: every orphan below the worker is re-parented to it.
+//  * The worker runs in a new session (its PGID is its PID), like torchrun's.
+//  * The control socket carries the worker's PID (4 bytes) to the agent, and
+//    signal numbers (1 byte each) from the agent; each is sent to the worker's
+//    process group. End-of-file on it means the agent is gone: the shim kills
+//    the worker's group and every descendant it has adopted, then exits.
+//  * When the worker exits, the shim kills what is left of its group and its
+//    adopted descendants, and exits with the worker's status (the same exit
+//    code, or death by the same signal), so the agent reads the worker's fate
+//    from the shim's pidfd.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace muster::launcher {
+
+struct ShimSpec {
+  int control_fd = -1;
+  int stdout_fd = -1;  // -1: inherit the agent's
+  int stderr_fd = -1;
+  std::string path;                // resolved executable
+  std::vector<std::string> argv;   // argv[0] included
+  std::vector<std::string> envp;   // KEY=VALUE
+};
+
+// Runs in the child right after fork(), with all signals blocked. Never returns.
+[[noreturn]] void run_shim(const ShimSpec& spec);
+
+}  // namespace muster::launcher

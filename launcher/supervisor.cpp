@@ -1,0 +1,266 @@
+#include "supervisor.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include "muster/common/log.hpp"
+#include "shim.hpp"
+
+namespace muster::launcher {
+namespace {
+
+int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+std::string errno_text() { return std::strerror(errno); }
+
+// An fd for the worker's end of one stream, and the agent's end when tee'd.
+struct StreamFds {
+  int child = -1;   // given to the shim (-1: inherit)
+  int parent = -1;  // tee: the pipe's read end
+  int file = -1;    // tee: the log file
+};
+
+Result<StreamFds> open_stream(const StreamPlan& plan) {
+  StreamFds fds;
+  auto open_file = [](const std::string& path) {
+    return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  };
+  switch (plan.mode) {
+    case StreamPlan::Mode::inherit:
+      return fds;
+    case StreamPlan::Mode::devnull:
+      fds.child = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+      if (fds.child < 0) return io_error("cannot open /dev/null: " + errno_text());
+      return fds;
+    case StreamPlan::Mode::file:
+      fds.child = open_file(plan.path);
+      if (fds.child < 0) return io_error("cannot create the log file " + plan.path + ": " + errno_text());
+      return fds;
+    case StreamPlan::Mode::tee: {
+      int p[2];
+      if (pipe2(p, O_CLOEXEC) != 0) return io_error("cannot create a pipe: " + errno_text());
+      fds.parent = p[0];
+      fds.child = p[1];
+      if (!plan.path.empty()) {
+        fds.file = open_file(plan.path);
+        if (fds.file < 0) {
+          ::close(p[0]);
+          ::close(p[1]);
+          return io_error("cannot create the log file " + plan.path + ": " + errno_text());
+        }
+      }
+      return fds;
+    }
+  }
+  return fds;
+}
+
+ExitStatus from_siginfo(const siginfo_t& si) {
+  ExitStatus s;
+  if (si.si_code == CLD_EXITED) {
+    s.value = si.si_status;
+  } else {
+    s.signaled = true;
+    s.value = si.si_status;
+  }
+  return s;
+}
+
+}  // namespace
+
+struct Supervisor::Worker {
+  explicit Worker(boost::asio::io_context& io) : pidfd(io) {}
+  int local_rank = 0;
+  pid_t shim_pid = 0;
+  pid_t pid = 0;
+  int control = -1;
+  boost::asio::posix::stream_descriptor pidfd;
+  std::vector<std::shared_ptr<OutputPump>> pumps;
+  bool exited = false;
+};
+
+Supervisor::Supervisor(boost::asio::io_context& io, ExitHandler on_exit) : io_(io), on_exit_(std::move(on_exit)) {}
+
+Supervisor::~Supervisor() {
+  // Closing the control sockets tells every shim still running that the agent
+  // is done: each kills its worker's tree.
+  for (auto& w : workers_) {
+    if (w->control >= 0) ::close(w->control);
+    if (!w->exited && w->pidfd.is_open()) {
+      siginfo_t si{};
+      // Bounded: the shim kills its tree within about two seconds.
+      for (int i = 0; i < 500; ++i) {
+        pollfd p{w->pidfd.native_handle(), POLLIN, 0};
+        if (poll(&p, 1, 10) > 0) break;
+      }
+      waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w->pidfd.native_handle()), &si, WEXITED | WNOHANG);
+    }
+  }
+}
+
+Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
+  workers_.clear();
+  for (const auto& launch : launches) {
+    auto out = open_stream(launch.out);
+    if (!out.ok()) return out.status();
+    auto err = open_stream(launch.err);
+    if (!err.ok()) {
+      for (int fd : {out->child, out->parent, out->file}) if (fd >= 0) ::close(fd);
+      return err.status();
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+      return io_error("cannot create a control socket: " + errno_text());
+    }
+    ShimSpec spec;
+    spec.control_fd = sv[1];
+    spec.stdout_fd = out->child;
+    spec.stderr_fd = err->child;
+    spec.path = launch.path;
+    spec.argv = launch.argv;
+    spec.envp = launch.envp;
+
+    // All signals blocked across fork: the child must not run the agent's handlers.
+    sigset_t all;
+    sigset_t old;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &old);
+    pid_t shim = fork();
+    if (shim == 0) run_shim(spec);
+    int fork_errno = errno;
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    ::close(sv[1]);
+    for (int fd : {out->child, err->child}) if (fd >= 0) ::close(fd);
+    if (shim < 0) {
+      ::close(sv[0]);
+      return io_error(std::string("cannot fork a worker: ") + std::strerror(fork_errno));
+    }
+    auto w = std::make_unique<Worker>(io_);
+    w->local_rank = launch.local_rank;
+    w->shim_pid = shim;
+    w->control = sv[0];
+    int pfd = pidfd_open(shim);
+    if (pfd < 0) {
+      kill(shim, SIGKILL);
+      waitpid(shim, nullptr, 0);
+      ::close(sv[0]);
+      return io_error("pidfd_open failed (muster needs Linux 5.4 or newer): " + errno_text());
+    }
+    w->pidfd.assign(pfd);
+    auto add_pump = [&](const StreamFds& fds, const StreamPlan& plan) {
+      if (fds.parent < 0) return;
+      PumpTargets targets = plan.tee;
+      targets.file_fd = fds.file;
+      auto pump = std::make_shared<OutputPump>(io_, fds.parent, std::move(targets));
+      pump->start();
+      w->pumps.push_back(std::move(pump));
+    };
+    add_pump(out.value(), launch.out);
+    add_pump(err.value(), launch.err);
+    workers_.push_back(std::move(w));
+    watch(*workers_.back());
+  }
+  for (auto& w : workers_) read_pid(*w, true);
+  return {};
+}
+
+void Supervisor::read_pid(Worker& w, bool blocking) {
+  if (w.pid != 0 || w.control < 0) return;
+  pollfd p{w.control, POLLIN, 0};
+  if (poll(&p, 1, blocking ? 5000 : 0) <= 0) return;
+  int32_t pid = 0;
+  ssize_t r = ::recv(w.control, &pid, sizeof pid, MSG_DONTWAIT);
+  if (r == static_cast<ssize_t>(sizeof pid)) w.pid = pid;
+}
+
+void Supervisor::watch(Worker& w) {
+  w.pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read, [this, &w](const boost::system::error_code& ec) {
+    if (ec) return;
+    on_shim_exit(w);
+  });
+}
+
+void Supervisor::on_shim_exit(Worker& w) {
+  siginfo_t si{};
+  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w.pidfd.native_handle()), &si, WEXITED) != 0) {
+    log::error("cannot collect the exit of worker " + std::to_string(w.local_rank) + ": " + errno_text());
+    si.si_code = CLD_KILLED;
+    si.si_status = SIGKILL;
+  }
+  read_pid(w, false);
+  w.exited = true;
+  for (auto& pump : w.pumps) pump->drain();
+  if (w.control >= 0) {
+    ::close(w.control);
+    w.control = -1;
+  }
+  WorkerExit e;
+  e.local_rank = w.local_rank;
+  e.pid = w.pid != 0 ? w.pid : w.shim_pid;
+  e.status = from_siginfo(si);
+  e.when = std::chrono::system_clock::now();
+  on_exit_(e);
+}
+
+void Supervisor::signal_all(int signo) {
+  for (auto& w : workers_) {
+    if (w->exited || w->control < 0) continue;
+    unsigned char b = static_cast<unsigned char>(signo);
+    if (::send(w->control, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1 && signo == SIGKILL) {
+      // The shim cannot be reached; take its worker down directly.
+      if (w->pid > 0) kill(-w->pid, SIGKILL);
+    }
+  }
+}
+
+pid_t Supervisor::worker_pid(int local_rank) const {
+  for (const auto& w : workers_) {
+    if (w->local_rank == local_rank) return w->pid != 0 ? w->pid : w->shim_pid;
+  }
+  return 0;
+}
+
+std::vector<int> Supervisor::running() const {
+  std::vector<int> out;
+  for (const auto& w : workers_) {
+    if (!w->exited) out.push_back(w->local_rank);
+  }
+  return out;
+}
+
+Result<std::string> resolve_executable(const std::string& program, const std::string& path_env) {
+  if (program.empty()) return invalid_argument("the training script is an empty string");
+  if (program.find('/') != std::string::npos) {
+    if (access(program.c_str(), F_OK) != 0) {
+      return invalid_argument("cannot find the program '" + program + "': " + errno_text());
+    }
+    return program;
+  }
+  std::string dirs = path_env.empty() ? "/usr/local/bin:/usr/bin:/bin" : path_env;
+  std::size_t pos = 0;
+  while (pos <= dirs.size()) {
+    std::size_t colon = dirs.find(':', pos);
+    std::string dir = dirs.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + program;
+    struct stat st{};
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  return invalid_argument("cannot find '" + program + "' on PATH (" + dirs +
+                          "); give its full path or install it");
+}
+
+}  // namespace muster::launcher

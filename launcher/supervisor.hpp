@@ -1,0 +1,78 @@
+// Starts the workers of one attempt, each under its shim, and reports each
+// worker's exit the moment it happens: the shim's pidfd becomes readable in
+// the event loop (no polling). Signals reach a worker's whole process group
+// through its shim.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent_core.hpp"
+#include "muster/common/status.hpp"
+#include "output_pump.hpp"
+
+namespace muster::launcher {
+
+// Where one standard stream of a worker goes.
+struct StreamPlan {
+  enum class Mode { inherit, devnull, file, tee };
+  Mode mode = Mode::inherit;
+  std::string path;  // file and tee: the log file ("" with tee: console only)
+  PumpTargets tee;   // tee: console, prefix, filters (file_fd is filled in)
+};
+
+struct WorkerLaunch {
+  int local_rank = 0;
+  std::string path;                // resolved executable
+  std::vector<std::string> argv;   // argv[0] included
+  std::vector<std::string> envp;
+  StreamPlan out;
+  StreamPlan err;
+};
+
+struct WorkerExit {
+  int local_rank = 0;
+  pid_t pid = 0;  // the worker's own PID (what the worker saw as getpid())
+  ExitStatus status;
+  std::chrono::system_clock::time_point when;
+};
+
+class Supervisor {
+ public:
+  using ExitHandler = std::function<void(const WorkerExit&)>;
+
+  Supervisor(boost::asio::io_context& io, ExitHandler on_exit);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Starts every worker; on error the ones already started are killed.
+  Status start(const std::vector<WorkerLaunch>& launches);
+  // Sends signo to the process group of every worker still running.
+  void signal_all(int signo);
+  pid_t worker_pid(int local_rank) const;
+  std::vector<int> running() const;
+
+ private:
+  struct Worker;
+  void watch(Worker& w);
+  void on_shim_exit(Worker& w);
+  void read_pid(Worker& w, bool blocking);
+
+  boost::asio::io_context& io_;
+  ExitHandler on_exit_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+// PATH lookup as execvp does it, against the PATH of the worker's environment.
+Result<std::string> resolve_executable(const std::string& program, const std::string& path_env);
+
+}  // namespace muster::launcher
