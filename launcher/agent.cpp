@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <boost/asio/post.hpp>
 
 #include <cerrno>
 #include <csignal>
@@ -103,7 +102,8 @@ int Agent::run() {
   host_ = local_fqdn();
   wait_for_signal();
   if (auto st = form_group(); !st.ok()) {
-    log::error(st.message());
+    std::string msg = "muster: error: " + st.message() + "\n";
+    write_fully(STDERR_FILENO, msg.data(), msg.size());
     return 1;
   }
   if (log::enabled(log::Level::info)) {
@@ -111,12 +111,12 @@ int Agent::run() {
               group_.master_addr + "\n  master_port=" + std::to_string(group_.master_port) +
               "\n  group_rank=0\n  group_world_size=1\n  local_world_size=" + std::to_string(cfg_.nproc_per_node));
   }
-  // A signal that arrived before now is already queued in the signal_set and
-  // is handled by the first turn of the loop, before any worker starts.
-  boost::asio::post(io_, [this] {
-    if (!finished_ && core_.phase() == Phase::idle) apply(core_.start());
-  });
-  io_.run();
+  // A signal that arrived during start-up is pending in the signal_set: handle
+  // it before any worker starts.
+  io_.poll();
+  if (finished_) return exit_code_;
+  apply(core_.start());
+  if (!finished_) io_.run();
   return exit_code_;
 }
 

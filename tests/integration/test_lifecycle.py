@@ -1,0 +1,101 @@
+"""Exit codes, restarts and the failure report, on the real binary."""
+import json
+import re
+from pathlib import Path
+
+from muster_testing import DATA, base_env, run_muster
+
+FAIL = str(DATA / "fail_worker.py")
+
+
+def test_success_exits_0():
+    r = run_muster(["--nproc-per-node=3", "--no-python", "/bin/true"])
+    assert r.returncode == 0, r.stderr
+    assert "FAILED" not in r.stderr
+
+
+def test_failure_without_error_file_reports_exit_code_and_hint():
+    r = run_muster(["--nproc-per-node=2", FAIL, "exit3", "1"])
+    assert r.returncode == 1
+    err = r.stderr
+    assert "ChildFailedError: \n====" in err
+    root = err.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 1 (local_rank: 1)" in root
+    assert re.search(r"exitcode  : 3 \(pid: \d+\)", root)
+    assert "error_file: <N/A>" in root
+    assert "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html" in root
+    assert f"{FAIL} FAILED" in err
+    # The peer the agent stopped is listed apart from the root cause, with its signal.
+    others = err.split("Failures:")[1].split("Root Cause")[0]
+    assert "rank      : 0 (local_rank: 0)" in others
+    assert "exitcode  : -15" in others
+    assert "Signal 15 (SIGTERM) received by PID" in others
+    assert re.search(r"failed \(exitcode: 3\) local_rank: 1 \(pid: \d+\) of binary: python3", err)
+    assert re.search(r"Sending process \d+ closing signal SIGTERM", err)
+
+
+def test_failure_with_error_file_reports_the_traceback(tmp_path):
+    parent_error = tmp_path / "agent_error.json"
+    r = run_muster(["--nproc-per-node=2", f"--log-dir={tmp_path / 'logs'}", FAIL, "errorfile", "1"],
+                   env=base_env(TORCHELASTIC_ERROR_FILE=parent_error))
+    assert r.returncode == 1
+    root = r.stderr.split("Root Cause (first observed failure):")[1]
+    assert "traceback : Traceback (most recent call last):\n    File \"w.py\", line 1\n  ValueError: boom on rank1\n  \n" in root
+    m = re.search(r"error_file: (\S+)", root)
+    assert m and m.group(1).endswith("/attempt_0/1/error.json") and Path(m.group(1)).is_file()
+    # The launcher's own error file gets the root cause, with its exit code.
+    data = json.loads(parent_error.read_text())
+    assert data["message"]["message"] == "ValueError: boom on rank1"
+    assert data["message"]["errorCode"] == 1
+
+
+def test_string_error_file_is_reported_as_is():
+    r = run_muster([FAIL, "strerrorfile", "0"])
+    assert r.returncode == 1
+    assert "traceback : the C++ worker gave up" in r.stderr
+
+
+def test_signal_death_is_reported_with_the_signal_name():
+    r = run_muster([FAIL, "segv", "0"])
+    assert r.returncode == 1
+    assert re.search(r"exitcode  : -11 \(pid: (\d+)\)", r.stderr)
+    pid = re.search(r"exitcode  : -11 \(pid: (\d+)\)", r.stderr).group(1)
+    assert f"traceback : Signal 11 (SIGSEGV) received by PID {pid}" in r.stderr
+
+
+def test_restarts_until_success(tmp_path):
+    logs = tmp_path / "logs"
+    r = run_muster(["--nproc-per-node=2", "--max-restarts=2", f"--log-dir={logs}", "--rdzv-backend=c10d", "--rdzv-id=rs", "-t", "1", FAIL,
+                    "succeed_on_restart=2"])
+    assert r.returncode == 0, r.stderr
+    for attempt in range(3):
+        for rank in range(2):
+            assert f"[default{rank}]:attempt {attempt} rank {rank}" in r.stdout
+    run_dirs = list(logs.glob("rs_*"))
+    assert len(run_dirs) == 1
+    assert sorted(p.name for p in run_dirs[0].iterdir()) == ["attempt_0", "attempt_1", "attempt_2"]
+    assert "Worker group FAILED. 2/2 attempts left; will restart worker group" in r.stderr
+    assert "Worker group FAILED. 1/2 attempts left; will restart worker group" in r.stderr
+
+
+def test_restarts_exhausted_exits_1_reporting_the_last_attempt():
+    r = run_muster(["--nproc-per-node=1", "--max-restarts=1", "-t", "1", FAIL, "succeed_on_restart=5"])
+    assert r.returncode == 1
+    assert "attempt 0 rank 0" in r.stdout and "attempt 1 rank 0" in r.stdout
+    assert "attempt 2" not in r.stdout
+    assert "exitcode  : 1" in r.stderr
+
+
+def test_a_missing_program_is_a_clear_error():
+    r = run_muster(["--no-python", "no-such-program-anywhere"])
+    assert r.returncode == 1
+    assert "cannot find 'no-such-program-anywhere' on PATH" in r.stderr
+
+
+def test_a_non_executable_program_fails_like_a_worker(tmp_path):
+    script = tmp_path / "not_exec.sh"
+    script.write_text("echo hi\n")
+    r = run_muster(["--no-python", str(script)])
+    assert r.returncode == 1
+    assert "cannot execute" in r.stderr
+    assert "exitcode  : 126" in r.stderr

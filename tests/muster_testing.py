@@ -1,0 +1,85 @@
+"""Helpers shared by the integration and compatibility tests: where the
+binaries are, running them with bounded waits, and reading what workers wrote."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+MUSTER = os.environ.get("MUSTER_BIN", str(HERE.parent / "build" / "launcher" / "muster"))
+RESTART_PROBE = os.environ.get("MUSTER_RESTART_PROBE", "")
+SANITIZED = os.environ.get("MUSTER_SANITIZED", "0") in ("1", "ON", "TRUE", "true")
+PYTHON = sys.executable
+# Bounds for waits; a sanitizer build runs slower.
+SLACK = 3.0 if SANITIZED else 1.0
+
+
+def base_env(**extra):
+    """A small, known environment for the agent: the test's Python first on PATH."""
+    env = {
+        "PATH": f"{Path(PYTHON).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+        "LANG": "C.UTF-8",
+    }
+    for key in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_muster(args, env=None, timeout=120, cwd=None, **kwargs):
+    """Runs muster to completion; returns CompletedProcess with text output."""
+    return subprocess.run([MUSTER, *args], env=env if env is not None else base_env(), cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def start_muster(args, env=None, **kwargs):
+    return subprocess.Popen([MUSTER, *args], env=env if env is not None else base_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def wait_for(predicate, timeout, interval=0.02):
+    """Polls predicate until it is true or timeout seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def read_json_files(directory, pattern="rank_*.json"):
+    out = {}
+    for p in sorted(Path(directory).glob(pattern)):
+        out[p.stem] = json.loads(p.read_text())
+    return out
+
+
+def kill_tree_of(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def torchrun_path():
+    """torch 2.x's torchrun next to the test's Python."""
+    p = Path(PYTHON).parent / "torchrun"
+    return str(p) if p.exists() else None
