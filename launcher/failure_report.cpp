@@ -134,7 +134,14 @@ std::string format_failure_report(const std::string& entrypoint_name, const std:
     block += "  time      : " + format_time(f.timestamp) + "\n";
     block += "  host      : " + host + "\n";
     block += "  rank      : " + std::to_string(f.global_rank) + " (local_rank: " + std::to_string(f.local_rank) + ")\n";
-    block += "  exitcode  : " + std::to_string(f.exitcode) + " (pid: " + std::to_string(f.pid) + ")\n";
+    // torch 2.x appends the signal's name: "(pid: 7)  (SIGTERM)", and a lone space otherwise.
+    std::string signal_suffix;
+    if (f.exitcode < 0) {
+      std::string name = signal_name(-f.exitcode);
+      if (!name.empty()) signal_suffix = " (" + name + ")";
+    }
+    block += "  exitcode  : " + std::to_string(f.exitcode) + " (pid: " + std::to_string(f.pid) + ") " +
+             signal_suffix + "\n";
     block += "  error_file: " + f.error_file + "\n";
     block += "  traceback : " + (f.message_is_object ? replace_newlines(f.message) : f.message);
     std::size_t start = 0;

@@ -83,3 +83,23 @@ def torchrun_path():
     """torch 2.x's torchrun next to the test's Python."""
     p = Path(PYTHON).parent / "torchrun"
     return str(p) if p.exists() else None
+
+
+DEBIAN_PYTHON = "/usr/bin/python3"
+
+
+def debian_torch_available():
+    """Debian's python3-torch 1.13 for /usr/bin/python3."""
+    try:
+        r = subprocess.run([DEBIAN_PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                           text=True, timeout=60)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and r.stdout.startswith("1.13")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]

@@ -72,7 +72,7 @@ TEST_CASE("the report has torchrun's layout with the root cause last", "[report]
       "  time      : 2026-12-02_15:18:25\n"
       "  host      : localhost\n"
       "  rank      : 0 (local_rank: 0)\n"
-      "  exitcode  : -15 (pid: 10421)\n"
+      "  exitcode  : -15 (pid: 10421)  (SIGTERM)\n"
       "  error_file: <N/A>\n"
       "  traceback : Signal 15 (SIGTERM) received by PID 10421\n"
       "-------------------------------------------------------\n"
@@ -81,7 +81,7 @@ TEST_CASE("the report has torchrun's layout with the root cause last", "[report]
       "  time      : 2026-12-02_15:18:24\n"
       "  host      : localhost\n"
       "  rank      : 1 (local_rank: 1)\n"
-      "  exitcode  : 1 (pid: 10422)\n"
+      "  exitcode  : 1 (pid: 10422) \n"
       "  error_file: /e/1/error.json\n"
       "  traceback : Traceback (most recent call last):\n"
       "  ValueError: boom on rank1\n"
@@ -95,8 +95,10 @@ TEST_CASE("the report is as wide as its widest line, at most 60", "[report]") {
   tzset();
   auto f = make_process_failure(1, 1, 10481, -11, "", 0, false);
   std::string text = format_failure_report("x.py", {f}, "localhost");
-  // "  traceback : Signal 11 (SIGSEGV) received by PID 10481" is 55 wide.
+  // "  traceback : Signal 11 (SIGSEGV) received by PID 10481" is 55 wide, and
+  // "  exitcode  : -11 (pid: 10481)  (SIGSEGV)" less.
   CHECK(text.find("\n" + std::string(55, '=') + "\n") == 0);
+  CHECK(text.find("  exitcode  : -11 (pid: 10481)  (SIGSEGV)\n") != std::string::npos);
   CHECK(text.find("  <NO_OTHER_FAILURES>") != std::string::npos);
 }
 

@@ -1,0 +1,49 @@
+"""A real PyTorch DDP job (gloo) under muster and under torchrun gives
+bit-identical weights. torch 2.13 runs under its own torchrun; Debian's torch
+1.13 runs under its torchrun with the Python 3.11 parser mended."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from muster_testing import (DATA, DEBIAN_PYTHON, base_env, debian_torch_available, free_port, run_muster,
+                            torchrun_path)
+
+SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "pytorch" / "ddp_train.py")
+
+pytest.importorskip("torch", reason="the compatibility tests need PyTorch: scripts/install-deps.sh installs it")
+
+
+def weights(out_dir):
+    data = json.loads((Path(out_dir) / "weights.json").read_text())
+    return data["world_size"], data["weights"]
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_ddp_weights_are_bitwise_identical_to_torchrun(tmp_path, nproc):
+    assert torchrun_path(), "torch 2.x's torchrun must be next to the test's Python"
+    m = run_muster([f"--nproc-per-node={nproc}", SCRIPT, str(tmp_path / "muster")], timeout=600)
+    assert m.returncode == 0, m.stderr
+    t = subprocess.run([torchrun_path(), f"--nproc-per-node={nproc}", SCRIPT, str(tmp_path / "torchrun")],
+                       env=base_env(), capture_output=True, text=True, timeout=600)
+    assert t.returncode == 0, t.stderr
+    mw, tw = weights(tmp_path / "muster"), weights(tmp_path / "torchrun")
+    assert mw[0] == tw[0] == nproc
+    assert mw[1] == tw[1]
+    # Both printed the same losses, epoch by epoch.
+    assert [l for l in m.stdout.splitlines() if l.startswith("epoch")] == \
+        [l for l in t.stdout.splitlines() if l.startswith("epoch")]
+
+
+@pytest.mark.skipif(not debian_torch_available(), reason="Debian's python3-torch 1.13 is not installed")
+def test_ddp_under_torch_1_13_matches_its_torchrun(tmp_path):
+    env = base_env(PYTHON_EXEC=DEBIAN_PYTHON)
+    m = run_muster(["--nproc-per-node=2", SCRIPT, str(tmp_path / "muster")], env=env, timeout=600)
+    assert m.returncode == 0, m.stderr
+    t = subprocess.run([DEBIAN_PYTHON, str(DATA / "torchrun113.py"), "--nproc_per_node=2",
+                        f"--master_port={free_port()}", SCRIPT, str(tmp_path / "torchrun")],
+                       env=base_env(), capture_output=True, text=True, timeout=600)
+    assert t.returncode == 0, t.stderr
+    assert weights(tmp_path / "muster") == weights(tmp_path / "torchrun")
