@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything muster needs to build and test on Debian 12, as root:
+# the compiler and CMake, Boost.Asio (Boost 1.81), nlohmann/json, CLI11 and
+# Catch2 from Debian; Debian's python3-torch 1.13 for the older-dialect tests;
+# and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
+# compatibility tests. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+  build-essential cmake pkg-config
+  libboost1.81-dev nlohmann-json3-dev libcli11-dev catch2
+  python3 python3-venv python3-pip python3-torch python3-numpy
+  util-linux procps iproute2
+)
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python for the compatibility tests: torch 2.13 (CPU) and pytest in .venv.
+PYTHON=${MUSTER_HOST_PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+if ! .venv/bin/python -c 'import torch, pytest, numpy; assert torch.__version__.startswith("2.13.0")' 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0" pytest numpy
+fi
+echo "install-deps: ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

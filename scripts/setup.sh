@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 machine: install the dependencies, build,
+# and run the demo job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+scripts/demo.sh

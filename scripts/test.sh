@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: a normal build and an AddressSanitizer +
+# UndefinedBehaviorSanitizer build, each running every unit, integration and
+# compatibility test through CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ctest=$(command -v /usr/bin/ctest || command -v ctest)
+status=0
+for kind in normal asan; do
+  dir=build; [ "$kind" = asan ] && dir=build-asan
+  echo "=== $kind build ==="
+  scripts/build.sh "$kind"
+  echo "=== $kind tests ==="
+  (cd "$dir" && "$ctest" --output-on-failure --timeout 1200) || status=1
+done
+exit $status
