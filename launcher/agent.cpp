@@ -30,6 +30,9 @@ std::string strip_brackets(const std::string& host) {
   return host;
 }
 
+// How long killed workers get to disappear before the agent stops waiting.
+constexpr std::chrono::seconds kKilledWorkerWait{10};
+
 std::string signal_label(int signo) {
   std::string name = signal_name(signo);
   return name.empty() ? std::to_string(signo) : name;
@@ -146,8 +149,8 @@ void Agent::apply(const std::vector<Action>& actions) {
                      signal_label(sig->signo));
       }
       supervisor_.signal_all(sig->signo);
-    } else if (std::holds_alternative<action::ArmShutdownTimer>(a)) {
-      shutdown_timer_.expires_after(std::chrono::seconds(cfg_.shutdown_timeout));
+    } else if (const auto* arm = std::get_if<action::ArmShutdownTimer>(&a)) {
+      shutdown_timer_.expires_after(arm->after_kill ? kKilledWorkerWait : std::chrono::seconds(cfg_.shutdown_timeout));
       shutdown_timer_.async_wait([this](const boost::system::error_code& ec) {
         if (!ec) apply(core_.on_shutdown_timer());
       });
@@ -159,6 +162,12 @@ void Agent::apply(const std::vector<Action>& actions) {
                      signal_label(last_stop_signal_) + ", forcefully exiting via SIGKILL");
       }
       supervisor_.signal_all(SIGKILL);
+    } else if (std::holds_alternative<action::AbandonWorkers>(a)) {
+      for (int lr : supervisor_.running()) {
+        log::error("process " + std::to_string(supervisor_.worker_pid(lr)) + " (local_rank " + std::to_string(lr) +
+                   ") is still there " + std::to_string(kKilledWorkerWait.count()) +
+                   " s after SIGKILL, probably stuck in the kernel (state D); giving up on it");
+      }
     } else if (const auto* fin = std::get_if<action::Finish>(&a)) {
       finish(fin->exit_code);
     }

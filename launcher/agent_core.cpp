@@ -12,6 +12,7 @@ std::vector<Action> AgentCore::begin_attempt() {
   alive_.assign(static_cast<std::size_t>(nproc_), true);
   live_ = nproc_;
   failures_.clear();
+  kill_sent_ = false;
   return {action::StartWorkers{restart_count_}};
 }
 
@@ -87,7 +88,13 @@ std::vector<Action> AgentCore::on_signal(int signo) {
 
 std::vector<Action> AgentCore::on_shutdown_timer() {
   if (phase_ != Phase::stopping || live_ == 0) return {};
-  return {action::KillWorkers{}};
+  if (!kill_sent_) {
+    kill_sent_ = true;
+    return {action::KillWorkers{}, action::ArmShutdownTimer{true}};
+  }
+  // Still not gone after SIGKILL: waiting longer could be forever.
+  phase_ = Phase::finished;
+  return {action::AbandonWorkers{}, action::Finish{1}};
 }
 
 }  // namespace muster::launcher

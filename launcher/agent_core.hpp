@@ -28,16 +28,23 @@ struct StartWorkers {
 struct SignalWorkers {  // to every worker still running
   int signo = 0;
 };
-struct ArmShutdownTimer {};  // SIGKILL what is left when it fires
+// Fires on_shutdown_timer: first after the grace period (SIGKILL what is left),
+// then, after_kill, once more after the bounded wait for killed workers to go.
+struct ArmShutdownTimer {
+  bool after_kill = false;
+};
 struct CancelShutdownTimer {};
 struct KillWorkers {};
 struct Finish {
   int exit_code = 0;
 };
+// Workers that outlived SIGKILL (stuck in the kernel): name them, then give up on them.
+struct AbandonWorkers {};
 }  // namespace action
 
 using Action = std::variant<action::StartWorkers, action::SignalWorkers, action::ArmShutdownTimer,
-                            action::CancelShutdownTimer, action::KillWorkers, action::Finish>;
+                            action::CancelShutdownTimer, action::KillWorkers, action::AbandonWorkers,
+                            action::Finish>;
 
 enum class Phase { idle, running, stopping, finished };
 enum class StopReason { none, failure, signal };
@@ -80,6 +87,7 @@ class AgentCore {
   std::vector<bool> alive_;
   int live_ = 0;
   std::vector<ObservedFailure> failures_;
+  bool kill_sent_ = false;
 };
 
 }  // namespace muster::launcher

@@ -482,6 +482,13 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
   }
   cfg.rdzv_backend = backend;
   cfg.rdzv_id = run_id;
+  if (backend != "static" && endpoint.empty()) {
+    cfg.warnings.push_back("master_addr is only used for static rdzv_backend and when rdzv_endpoint is not specified.");
+  }
+  if (backend != "static" && *parse_python_int(get(args, "node_rank")) != 0) {
+    cfg.warnings.push_back("node_rank is only used for static rdzv_backend. It will be ignored for rdzv_backend=" +
+                           backend + ".");
+  }
 
   auto restarts = parse_python_int(get(args, "max_restarts"));
   if (*restarts < 0) return invalid_argument("max_restarts must be >= 0");

@@ -77,9 +77,23 @@ TEST_CASE("the grace timer kills what is left", "[core]") {
   AgentCore core(2, 0);
   core.start();
   core.on_worker_exit(0, code(1));
-  CHECK(has<action::KillWorkers>(core.on_shutdown_timer()));
+  auto kill = core.on_shutdown_timer();
+  CHECK(has<action::KillWorkers>(kill));
+  REQUIRE(has<action::ArmShutdownTimer>(kill));
   CHECK(finish_code(core.on_worker_exit(1, sig(SIGKILL))) == 1);
   CHECK(core.on_shutdown_timer().empty());
+}
+
+TEST_CASE("a worker that survives SIGKILL is abandoned after a bounded wait", "[core]") {
+  AgentCore core(2, 3);
+  core.start();
+  core.on_worker_exit(0, code(1));
+  core.on_shutdown_timer();
+  auto give_up = core.on_shutdown_timer();
+  CHECK(has<action::AbandonWorkers>(give_up));
+  CHECK(finish_code(give_up) == 1);
+  CHECK_FALSE(has<action::StartWorkers>(give_up));
+  CHECK(core.phase() == Phase::finished);
 }
 
 TEST_CASE("a signal is forwarded as is and ends the run with 1, never restarting", "[core]") {
