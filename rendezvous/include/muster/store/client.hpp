@@ -1,0 +1,67 @@
+// A blocking TCPStore client that speaks to PyTorch's servers and to muster's:
+// the torch 2.x dialect (VALIDATE + PING on connect, CANCEL_WAIT on a wait
+// timeout) or the 1.13 one. Keys get TCPStore's "/" prefix, so a key set here
+// is the key a PyTorch client of the same store sees. Every call is bounded by
+// the client's timeout.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "muster/common/status.hpp"
+#include "muster/store/protocol.hpp"
+
+namespace muster::store {
+
+struct ClientOptions {
+  Dialect dialect = Dialect::v2;
+  std::chrono::milliseconds timeout{300000};  // connect deadline and per-call bound
+};
+
+class StoreClient {
+ public:
+  static Result<StoreClient> connect(const std::string& host, int port, ClientOptions options = {});
+  StoreClient(StoreClient&& other) noexcept;
+  StoreClient& operator=(StoreClient&& other) noexcept;
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+  ~StoreClient();
+
+  Status set(const std::string& key, std::string_view value);
+  // Waits for the key (up to the timeout), then reads it.
+  Result<std::string> get(const std::string& key);
+  Result<int64_t> add(const std::string& key, int64_t delta);
+  Result<std::string> compare_set(const std::string& key, std::string_view expected, std::string_view desired);
+  Result<bool> check(const std::vector<std::string>& keys);
+  Status wait(const std::vector<std::string>& keys);
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  Result<int64_t> num_keys();
+  Result<bool> delete_key(const std::string& key);
+  // torch 2.x servers only (and muster's in either dialect):
+  Status append(const std::string& key, std::string_view value);
+  Result<std::vector<std::string>> multi_get(const std::vector<std::string>& keys);
+  Status multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  StoreClient() = default;
+  Status send(const Request& r);
+  Status recv_exact(char* out, std::size_t n, std::chrono::steady_clock::time_point deadline);
+  Result<std::string> recv_string(std::chrono::steady_clock::time_point deadline);
+  Result<int64_t> recv_i64(std::chrono::steady_clock::time_point deadline);
+  Result<uint8_t> recv_u8(std::chrono::steady_clock::time_point deadline);
+  std::chrono::steady_clock::time_point deadline() const;
+  Status broken(Status why);
+  std::string key(const std::string& k) const { return "/" + k; }
+  std::vector<std::string> keys(const std::vector<std::string>& ks) const;
+
+  int fd_ = -1;
+  ClientOptions options_;
+  std::string address_;
+};
+
+}  // namespace muster::store

@@ -1,0 +1,92 @@
+// PyTorch's TCPStore wire protocol, both dialects: torch 2.x (opens with
+// VALIDATE, renumbered queries, PING) and torch 1.13 (no handshake, the old
+// numbering, WATCH_KEY on a callback connection). Integers are little-endian;
+// strings are a u64 length and the bytes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace muster::store {
+
+enum class Dialect { v1_13, v2 };
+
+// What a query asks, whatever its dialect's tag.
+enum class Op {
+  validate,
+  set,
+  compare_set,
+  get,
+  add,
+  check,
+  wait,
+  num_keys,
+  watch_key,
+  delete_key,
+  append,
+  multi_get,
+  multi_set,
+  cancel_wait,
+  ping,
+  queue_push,
+  queue_pop,
+  queue_len,
+  list_keys,
+  barrier,
+};
+
+constexpr uint32_t kValidateMagic = 0x3C85F7CE;
+
+// One-byte replies.
+constexpr uint8_t kReady = 0;         // CHECK
+constexpr uint8_t kNotReady = 1;      // CHECK
+constexpr uint8_t kStopWaiting = 0;   // WAIT, BARRIER
+constexpr uint8_t kWaitCanceled = 1;  // CANCEL_WAIT
+// 1.13 WATCH_KEY notifications.
+constexpr uint8_t kKeyUpdated = 0;
+constexpr uint8_t kKeyCreated = 1;
+constexpr uint8_t kKeyDeleted = 2;
+constexpr uint8_t kWatchRegistered = 3;
+
+// Limits a server enforces (at least what PyTorch's own server accepts).
+constexpr std::size_t kMaxKeyLength = 64 * 1024;
+constexpr std::size_t kMaxValueLength = 256 * 1024 * 1024;
+constexpr std::size_t kMaxKeyCount = 1024 * 1024;
+
+std::optional<Op> op_from_tag(Dialect d, uint8_t tag);
+uint8_t tag_of(Dialect d, Op op);  // 0xff when the dialect has no such query
+const char* op_name(Op op);
+
+struct Request {
+  Op op = Op::set;
+  std::vector<std::string> keys;    // keys, or the queue / counter name
+  std::vector<std::string> values;  // SET/APPEND: 1; CAS: expected, desired; MULTI_SET: n
+  int64_t number = 0;               // ADD delta, BARRIER world size
+  uint32_t u32 = 0;                 // VALIDATE magic, PING nonce
+};
+
+enum class ParseStatus { complete, incomplete, invalid };
+
+struct ParseResult {
+  ParseStatus status = ParseStatus::incomplete;
+  std::size_t consumed = 0;
+  std::string error;  // for invalid
+};
+
+// Parses one request from the front of data. Never reads past data.
+ParseResult parse_request(Dialect d, std::string_view data, Request& out);
+
+// Encoding helpers (little-endian, as every PyTorch build on x86-64/aarch64).
+void put_u8(std::string& out, uint8_t v);
+void put_u32(std::string& out, uint32_t v);
+void put_i64(std::string& out, int64_t v);
+void put_u64(std::string& out, uint64_t v);
+void put_string(std::string& out, std::string_view s);
+
+// The encoding of a request, as a client sends it.
+std::string encode_request(Dialect d, const Request& r);
+
+}  // namespace muster::store

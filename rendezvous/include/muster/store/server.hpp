@@ -1,0 +1,49 @@
+// A TCPStore-compatible server on one Asio io_context: PyTorch clients of
+// torch 2.x and 1.13 (told apart by their first bytes) and muster's own client
+// share one key space. A malformed request closes that connection only.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "muster/common/status.hpp"
+#include "muster/store/state.hpp"
+
+namespace muster::store {
+
+class StoreServer {
+ public:
+  // Listens on host:port; host "" means every address ([::] dual-stack, else
+  // 0.0.0.0); port 0 picks a free port.
+  static Result<std::unique_ptr<StoreServer>> listen(boost::asio::io_context& io, const std::string& host, int port);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const { return port_; }
+  // Forgets every key and closes every connection (a new attempt of the job).
+  void reset();
+  void close();
+  const StoreState& state() const { return state_; }
+  std::size_t connections() const { return sessions_.size(); }
+
+ private:
+  class Session;
+  explicit StoreServer(boost::asio::io_context& io);
+  void accept();
+  void dispatch(std::vector<Reply>& replies);
+  void forget(ConnId id);
+
+  boost::asio::io_context& io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  int port_ = 0;
+  StoreState state_;
+  ConnId next_id_ = 1;
+  std::unordered_map<ConnId, std::shared_ptr<Session>> sessions_;
+  std::shared_ptr<bool> alive_;
+};
+
+}  // namespace muster::store

@@ -1,0 +1,320 @@
+#include "muster/store/state.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+
+namespace muster::store {
+namespace {
+
+std::string byte(uint8_t v) { return std::string(1, static_cast<char>(v)); }
+
+// std::stoll's reading of a counter: leading blanks, a sign, digits; the rest
+// ignored. nullopt when there are no digits.
+std::optional<int64_t> parse_counter(const std::string& s) {
+  const char* p = s.c_str();
+  while (std::isspace(static_cast<unsigned char>(*p))) ++p;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(p, &end, 10);
+  if (end == p || errno == ERANGE) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+bool StoreState::exists(const std::string& key) const {
+  if (data_.count(key)) return true;
+  auto q = queues_.find(key);
+  return q != queues_.end() && !q->second.empty();
+}
+
+std::size_t StoreState::pending_waits() const {
+  std::size_t n = 0;
+  for (const auto& [conn, list] : waiters_by_conn_) n += list.size();
+  return n;
+}
+
+void StoreState::forget_waiter(const WaiterPtr& w) {
+  for (const auto& k : w->keys) {
+    auto it = waiters_by_key_.find(k);
+    if (it == waiters_by_key_.end()) continue;
+    auto& list = it->second;
+    list.erase(std::remove(list.begin(), list.end(), w), list.end());
+    if (list.empty()) waiters_by_key_.erase(it);
+  }
+  auto c = waiters_by_conn_.find(w->conn);
+  if (c != waiters_by_conn_.end()) {
+    auto& list = c->second;
+    list.erase(std::remove(list.begin(), list.end(), w), list.end());
+    if (list.empty()) waiters_by_conn_.erase(c);
+  }
+}
+
+// Every waiter registered on key counts it once.
+void StoreState::changed(const std::string& key, std::vector<Reply>& out) {
+  auto it = waiters_by_key_.find(key);
+  if (it == waiters_by_key_.end()) return;
+  std::vector<WaiterPtr> list = std::move(it->second);
+  waiters_by_key_.erase(it);
+  for (const auto& w : list) {
+    auto& keys = w->keys;
+    keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
+    if (--w->remaining == 0) {
+      out.push_back({w->conn, byte(kStopWaiting)});
+      forget_waiter(w);
+    }
+  }
+}
+
+void StoreState::notify_watchers(const std::string& key, uint8_t kind, const std::string& old_value,
+                                 const std::string& new_value, std::vector<Reply>& out) {
+  auto it = watchers_.find(key);
+  if (it == watchers_.end()) return;
+  std::string msg;
+  put_u8(msg, kind);
+  put_string(msg, key);
+  put_string(msg, old_value);
+  put_string(msg, new_value);
+  for (ConnId c : it->second) out.push_back({c, msg});
+}
+
+void StoreState::register_wait(ConnId conn, const std::vector<std::string>& missing) {
+  auto w = std::make_shared<Waiter>();
+  w->conn = conn;
+  w->remaining = missing.size();
+  w->keys = missing;
+  for (const auto& k : missing) waiters_by_key_[k].push_back(w);
+  waiters_by_conn_[conn].push_back(w);
+}
+
+void StoreState::cancel_waits(ConnId conn) {
+  auto it = waiters_by_conn_.find(conn);
+  if (it == waiters_by_conn_.end()) return;
+  std::vector<WaiterPtr> list = it->second;
+  for (const auto& w : list) forget_waiter(w);
+}
+
+void StoreState::disconnect(ConnId conn) {
+  cancel_waits(conn);
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    auto& list = it->second;
+    list.erase(std::remove(list.begin(), list.end(), conn), list.end());
+    it = list.empty() ? watchers_.erase(it) : std::next(it);
+  }
+}
+
+void StoreState::clear() {
+  data_.clear();
+  queues_.clear();
+  waiters_by_key_.clear();
+  waiters_by_conn_.clear();
+  watchers_.clear();
+}
+
+bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::vector<Reply>& out,
+                        std::string& error) {
+  auto reply = [&](std::string bytes) { out.push_back({conn, std::move(bytes)}); };
+  auto store_value = [&](const std::string& key, std::string value) {
+    auto it = data_.find(key);
+    bool created = it == data_.end();
+    std::string old = created ? std::string() : it->second;
+    data_[key] = std::move(value);
+    if (!watchers_.empty()) notify_watchers(key, created ? kKeyCreated : kKeyUpdated, old, data_[key], out);
+    changed(key, out);
+  };
+  switch (req.op) {
+    case Op::validate:
+      if (req.u32 != kValidateMagic) {
+        error = "VALIDATE with a wrong magic number";
+        return false;
+      }
+      return true;
+    case Op::ping: {
+      std::string r;
+      put_u32(r, req.u32);
+      reply(std::move(r));
+      return true;
+    }
+    case Op::set:
+      store_value(req.keys[0], req.values[0]);
+      return true;
+    case Op::compare_set: {
+      const std::string& key = req.keys[0];
+      const std::string& expected = req.values[0];
+      const std::string& desired = req.values[1];
+      std::string r;
+      auto it = data_.find(key);
+      if (it == data_.end()) {
+        if (expected.empty()) {
+          store_value(key, desired);
+          put_string(r, desired);
+        } else {
+          put_string(r, expected);  // PyTorch's servers answer with `expected` here
+        }
+      } else if (it->second == expected) {
+        store_value(key, desired);
+        put_string(r, desired);
+      } else {
+        put_string(r, it->second);
+      }
+      reply(std::move(r));
+      return true;
+    }
+    case Op::get: {
+      std::string r;
+      auto it = data_.find(req.keys[0]);
+      put_string(r, it == data_.end() ? std::string() : it->second);
+      reply(std::move(r));
+      return true;
+    }
+    case Op::add: {
+      const std::string& key = req.keys[0];
+      int64_t value = req.number;
+      auto it = data_.find(key);
+      if (it != data_.end()) {
+        auto old = parse_counter(it->second);
+        if (!old) {
+          error = "ADD on the key '" + key + "', whose value is not a number";
+          return false;
+        }
+        value += *old;
+      }
+      store_value(key, std::to_string(value));
+      std::string r;
+      put_i64(r, value);
+      reply(std::move(r));
+      return true;
+    }
+    case Op::check: {
+      bool all = std::all_of(req.keys.begin(), req.keys.end(), [&](const std::string& k) { return exists(k); });
+      reply(byte(all ? kReady : kNotReady));
+      return true;
+    }
+    case Op::wait: {
+      std::vector<std::string> missing;
+      for (const auto& k : req.keys) {
+        if (!exists(k) && std::find(missing.begin(), missing.end(), k) == missing.end()) missing.push_back(k);
+      }
+      if (missing.empty()) reply(byte(kStopWaiting));
+      else register_wait(conn, missing);
+      return true;
+    }
+    case Op::num_keys: {
+      std::string r;
+      put_i64(r, static_cast<int64_t>(data_.size()));
+      reply(std::move(r));
+      return true;
+    }
+    case Op::watch_key:
+      watchers_[req.keys[0]].push_back(conn);
+      reply(byte(kWatchRegistered));
+      return true;
+    case Op::delete_key: {
+      auto it = data_.find(req.keys[0]);
+      int64_t n = 0;
+      if (it != data_.end()) {
+        std::string old = it->second;
+        data_.erase(it);
+        n = 1;
+        if (!watchers_.empty()) notify_watchers(req.keys[0], kKeyDeleted, old, std::string(), out);
+      }
+      std::string r;
+      put_i64(r, n);
+      reply(std::move(r));
+      return true;
+    }
+    case Op::append: {
+      auto it = data_.find(req.keys[0]);
+      std::string v = it == data_.end() ? req.values[0] : it->second + req.values[0];
+      store_value(req.keys[0], std::move(v));
+      return true;
+    }
+    case Op::multi_get: {
+      std::string r;
+      for (const auto& k : req.keys) {
+        auto it = data_.find(k);
+        put_string(r, it == data_.end() ? std::string() : it->second);
+      }
+      reply(std::move(r));
+      return true;
+    }
+    case Op::multi_set:
+      for (std::size_t i = 0; i < req.keys.size(); ++i) store_value(req.keys[i], req.values[i]);
+      return true;
+    case Op::cancel_wait:
+      cancel_waits(conn);
+      reply(byte(kWaitCanceled));
+      return true;
+    case Op::queue_push: {
+      const std::string& name = req.keys[0];
+      queues_[name].push_back(req.values[0]);
+      // A push satisfies one waiter on the queue's name.
+      auto it = waiters_by_key_.find(name);
+      if (it != waiters_by_key_.end() && !it->second.empty()) {
+        WaiterPtr w = it->second.front();
+        it->second.erase(it->second.begin());
+        if (it->second.empty()) waiters_by_key_.erase(it);
+        w->keys.erase(std::remove(w->keys.begin(), w->keys.end(), name), w->keys.end());
+        if (--w->remaining == 0) {
+          out.push_back({w->conn, byte(kStopWaiting)});
+          forget_waiter(w);
+        }
+      }
+      return true;
+    }
+    case Op::queue_pop: {
+      std::string r;
+      auto it = queues_.find(req.keys[0]);
+      int64_t len = it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
+      put_i64(r, len);
+      if (len > 0) {
+        put_string(r, it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) queues_.erase(it);
+      }
+      reply(std::move(r));
+      return true;
+    }
+    case Op::queue_len: {
+      std::string r;
+      auto it = queues_.find(req.keys[0]);
+      put_i64(r, it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
+      reply(std::move(r));
+      return true;
+    }
+    case Op::list_keys: {
+      std::string r;
+      put_i64(r, static_cast<int64_t>(data_.size()));
+      for (const auto& [k, v] : data_) put_string(r, k);
+      reply(std::move(r));
+      return true;
+    }
+    case Op::barrier: {
+      const std::string& key = req.keys[0];
+      int64_t count = 1;
+      auto it = data_.find(key);
+      if (it != data_.end()) {
+        auto old = parse_counter(it->second);
+        if (!old) {
+          error = "BARRIER on the key '" + key + "', whose value is not a number";
+          return false;
+        }
+        count += *old;
+      }
+      data_[key] = std::to_string(count);
+      if (count >= req.number) {
+        changed(key, out);
+        reply(byte(kStopWaiting));
+      } else {
+        register_wait(conn, {key});
+      }
+      return true;
+    }
+  }
+  (void)dialect;
+  return true;
+}
+
+}  // namespace muster::store
