@@ -192,9 +192,14 @@ Result<int64_t> StoreClient::recv_i64(Clock::time_point until) {
   return v;
 }
 
-Result<uint8_t> StoreClient::recv_u8(Clock::time_point until) {
+Result<uint8_t> StoreClient::recv_u8(Clock::time_point until, bool keep_on_timeout) {
   uint8_t v = 0;
-  if (auto st = recv_exact(reinterpret_cast<char*>(&v), 1, until); !st.ok()) return broken(st);
+  if (auto st = recv_exact(reinterpret_cast<char*>(&v), 1, until); !st.ok()) {
+    // A wait may time out and be cancelled; any other late answer would put
+    // the connection out of step, so it is closed.
+    if (keep_on_timeout && st.code() == Code::timeout) return st;
+    return broken(st);
+  }
   return v;
 }
 
@@ -258,7 +263,7 @@ Status StoreClient::wait(const std::vector<std::string>& ks, std::chrono::millis
   r.keys = keys(ks);
   if (auto st = send(r); !st.ok()) return st;
   auto until = Clock::now() + timeout;
-  auto v = recv_u8(until);
+  auto v = recv_u8(until, true);
   if (v.ok()) {
     if (v.value() != kStopWaiting) return broken(io_error("the store at " + address_ + " answered WAIT oddly"));
     return {};

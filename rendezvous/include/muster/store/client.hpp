@@ -53,7 +53,7 @@ class StoreClient {
   Status recv_exact(char* out, std::size_t n, std::chrono::steady_clock::time_point deadline);
   Result<std::string> recv_string(std::chrono::steady_clock::time_point deadline);
   Result<int64_t> recv_i64(std::chrono::steady_clock::time_point deadline);
-  Result<uint8_t> recv_u8(std::chrono::steady_clock::time_point deadline);
+  Result<uint8_t> recv_u8(std::chrono::steady_clock::time_point deadline, bool keep_on_timeout = false);
   std::chrono::steady_clock::time_point deadline() const;
   Status broken(Status why);
   std::string key(const std::string& k) const { return "/" + k; }

@@ -1,0 +1,62 @@
+#include <catch2/catch.hpp>
+
+#include "muster/store/protocol.hpp"
+
+using namespace muster::store;
+
+TEST_CASE("the two dialects number their queries differently", "[protocol]") {
+  CHECK(*op_from_tag(Dialect::v1_13, 0) == Op::set);
+  CHECK(*op_from_tag(Dialect::v1_13, 5) == Op::wait);
+  CHECK(*op_from_tag(Dialect::v1_13, 7) == Op::watch_key);
+  CHECK(*op_from_tag(Dialect::v2, 0) == Op::validate);
+  CHECK(*op_from_tag(Dialect::v2, 6) == Op::wait);
+  CHECK(*op_from_tag(Dialect::v2, 8) == Op::delete_key);
+  CHECK(*op_from_tag(Dialect::v2, 13) == Op::ping);
+  CHECK(*op_from_tag(Dialect::v2, 18) == Op::barrier);
+  CHECK_FALSE(op_from_tag(Dialect::v2, 19));
+  CHECK_FALSE(op_from_tag(Dialect::v1_13, 13));
+}
+
+TEST_CASE("captured 1.13 bytes parse", "[protocol]") {
+  // ADD "init/" +1, as a real 1.13 client sends it.
+  std::string add = std::string("\x03\x05\0\0\0\0\0\0\0init/\x01\0\0\0\0\0\0\0", 22);
+  Request r;
+  auto p = parse_request(Dialect::v1_13, add, r);
+  REQUIRE(p.status == ParseStatus::complete);
+  CHECK(p.consumed == 22);
+  CHECK(r.op == Op::add);
+  CHECK(r.keys[0] == "init/");
+  CHECK(r.number == 1);
+}
+
+TEST_CASE("a request split anywhere is incomplete until its last byte", "[protocol]") {
+  for (Dialect d : {Dialect::v1_13, Dialect::v2}) {
+    Request in;
+    in.op = Op::multi_set;
+    in.keys = {"/a", "/bb"};
+    in.values = {"1", std::string(300, 'z')};
+    if (tag_of(d, in.op) == 0xff) continue;
+    std::string bytes = encode_request(d, in);
+    for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+      Request out;
+      CHECK(parse_request(d, std::string_view(bytes).substr(0, cut), out).status == ParseStatus::incomplete);
+    }
+    Request out;
+    auto p = parse_request(d, bytes + "extra", out);
+    REQUIRE(p.status == ParseStatus::complete);
+    CHECK(p.consumed == bytes.size());
+    CHECK(out.keys == in.keys);
+    CHECK(out.values == in.values);
+  }
+}
+
+TEST_CASE("unknown tags and oversized lengths are invalid, not allocated", "[protocol]") {
+  Request r;
+  CHECK(parse_request(Dialect::v2, std::string(1, '\x40'), r).status == ParseStatus::invalid);
+  std::string huge = std::string(1, '\x03');  // v2 GET
+  put_u64(huge, 1ULL << 40);
+  CHECK(parse_request(Dialect::v2, huge, r).status == ParseStatus::invalid);
+  std::string many = std::string(1, '\x06');  // v2 WAIT
+  put_u64(many, 1ULL << 30);
+  CHECK(parse_request(Dialect::v2, many, r).status == ParseStatus::invalid);
+}

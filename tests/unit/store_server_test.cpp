@@ -1,0 +1,131 @@
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <future>
+#include <thread>
+
+#include "muster/store/client.hpp"
+#include "muster/store/server.hpp"
+
+using namespace muster::store;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A server on its own io_context thread for the duration of a test.
+struct ServerThread {
+  boost::asio::io_context io;
+  std::unique_ptr<StoreServer> server;
+  std::thread thread;
+  ServerThread() {
+    auto s = StoreServer::listen(io, "127.0.0.1", 0);
+    REQUIRE(s.ok());
+    server = std::move(s.value());
+    thread = std::thread([this] { io.run(); });
+  }
+  ~ServerThread() {
+    boost::asio::post(io, [this] { server->close(); io.stop(); });
+    thread.join();
+  }
+  int port() const { return server->port(); }
+};
+
+StoreClient client(int port, Dialect d, std::chrono::milliseconds timeout = 5000ms) {
+  auto c = StoreClient::connect("127.0.0.1", port, {d, timeout});
+  REQUIRE(c.ok());
+  return std::move(c.value());
+}
+
+}  // namespace
+
+TEST_CASE("clients of both dialects share one key space", "[server]") {
+  ServerThread s;
+  auto v2 = client(s.port(), Dialect::v2);
+  auto old = client(s.port(), Dialect::v1_13);
+  REQUIRE(v2.set("k", "from v2").ok());
+  CHECK(old.get("k").value() == "from v2");
+  CHECK(old.add("n", 3).value() == 3);
+  CHECK(v2.add("n", 4).value() == 7);
+  CHECK(v2.get("n").value() == "7");
+  CHECK(v2.compare_set("k", "from v2", "swapped").value() == "swapped");
+  CHECK(old.check({"k", "n"}).value());
+  CHECK_FALSE(old.check({"k", "nope"}).value());
+  CHECK(v2.num_keys().value() == 2);
+  CHECK(v2.delete_key("k").value());
+  CHECK_FALSE(v2.delete_key("k").value());
+  REQUIRE(v2.multi_set({"a", "b"}, {"1", "2"}).ok());
+  REQUIRE(v2.append("a", "+").ok());
+  CHECK(v2.multi_get({"a", "b"}).value() == std::vector<std::string>{"1+", "2"});
+}
+
+TEST_CASE("a wait is answered when another client sets the key", "[server]") {
+  ServerThread s;
+  auto waiter = client(s.port(), Dialect::v2);
+  auto setter = client(s.port(), Dialect::v1_13);
+  auto done = std::async(std::launch::async, [&] { return waiter.get("late"); });
+  std::this_thread::sleep_for(50ms);
+  REQUIRE(setter.set("late", "here").ok());
+  auto got = done.get();
+  REQUIRE(got.ok());
+  CHECK(got.value() == "here");
+}
+
+TEST_CASE("a wait times out, is cancelled, and the connection goes on working", "[server]") {
+  ServerThread s;
+  auto c = client(s.port(), Dialect::v2);
+  auto st = c.wait({"never"}, 100ms);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == muster::Code::timeout);
+  CHECK(st.message().find("'never'") != std::string::npos);
+  REQUIRE(c.set("after", "ok").ok());
+  CHECK(c.get("after").value() == "ok");
+}
+
+TEST_CASE("a malformed connection is closed and the others carry on", "[server]") {
+  ServerThread s;
+  auto good = client(s.port(), Dialect::v2);
+  REQUIRE(good.set("k", "v").ok());
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(s.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const unsigned char junk[] = {0x00, 0xce, 0xf7, 0x85, 0x3c, 0x7f};  // VALIDATE, then an unknown query
+  REQUIRE(::send(fd, junk, sizeof junk, 0) == static_cast<ssize_t>(sizeof junk));
+  char b = 0;
+  CHECK(::recv(fd, &b, 1, 0) == 0);  // closed by the server
+  ::close(fd);
+  CHECK(good.get("k").value() == "v");
+}
+
+TEST_CASE("a client that finds no server says where it looked", "[server]") {
+  int port = 0;
+  {
+    ServerThread s;
+    port = s.port();
+  }
+  auto c = StoreClient::connect("127.0.0.1", port, {Dialect::v2, 300ms});
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == muster::Code::unavailable);
+  CHECK(c.status().message().find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+}
+
+TEST_CASE("reset forgets the keys of the previous attempt", "[server]") {
+  ServerThread s;
+  {
+    auto c = client(s.port(), Dialect::v2);
+    REQUIRE(c.set("old", "1").ok());
+    REQUIRE(c.num_keys().value() == 1);
+  }
+  std::promise<void> reset;
+  boost::asio::post(s.io, [&] { s.server->reset(); reset.set_value(); });
+  reset.get_future().wait();
+  auto c = client(s.port(), Dialect::v2);
+  CHECK(c.num_keys().value() == 0);
+}
