@@ -69,9 +69,12 @@ Status Agent::form_group() {
   group_.role_world_size = ranks.role_world_size;
   group_.run_id = cfg_.rdzv_id;
   group_.max_restarts = cfg_.max_restarts;
-  // Worker 0 hosts the workers' store on MASTER_PORT; the agent holds the port
-  // until the workers start.
-  group_.use_agent_store = false;
+  // The agent serves the workers' store at MASTER_ADDR:MASTER_PORT, as torch
+  // 2.x's agent does, so a worker's death never takes the store down. With
+  // TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (c10d only, as in torchrun) worker 0
+  // hosts it instead, on a port the agent holds until the workers start.
+  group_.use_agent_store =
+      cfg_.rdzv_backend == "static" || env_or(env_, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "") != "1";
 
   int wanted_port = 0;
   if (cfg_.rdzv_backend == "static") {
@@ -90,10 +93,21 @@ Status Agent::form_group() {
   } else {
     group_.master_addr = cfg_.local_addr ? *cfg_.local_addr : local_fqdn();
   }
-  auto reserved = PortReservation::acquire(wanted_port);
-  if (!reserved.ok()) return reserved.status();
-  group_.master_port = reserved->port();
-  port_ = std::move(reserved.value());
+  if (group_.use_agent_store) {
+    auto server = store::StoreServer::listen(io_, "", wanted_port);
+    if (!server.ok()) {
+      return Status(Code::unavailable, "cannot serve the workers' store on TCP port " + std::to_string(wanted_port) +
+                                           " (MASTER_PORT): " + server.status().message() +
+                                           "; pick a free one with --master-port");
+    }
+    store_ = std::move(server.value());
+    group_.master_port = store_->port();
+  } else {
+    auto reserved = PortReservation::acquire(wanted_port);
+    if (!reserved.ok()) return reserved.status();
+    group_.master_port = reserved->port();
+    port_ = std::move(reserved.value());
+  }
 
   auto path = resolve_executable(cfg_.executable, env_or(env_, "PATH", ""));
   if (!path.ok()) return path.status();
@@ -255,6 +269,9 @@ void Agent::start_workers(int restart_count) {
     return;
   }
   if (port_) port_->release();
+  // Every attempt starts with an empty store: nothing of the workers that
+  // just died (their addresses, their barrier counts) can mislead the new ones.
+  if (store_) store_->reset();
   if (auto st = supervisor_.start(launches); !st.ok()) {
     log::error(st.message());
     finish(1);

@@ -16,6 +16,7 @@
 #include "failure_report.hpp"
 #include "launch_config.hpp"
 #include "log_dir.hpp"
+#include "muster/store/server.hpp"
 #include "port_reservation.hpp"
 #include "supervisor.hpp"
 #include "worker_env.hpp"
@@ -51,6 +52,7 @@ class Agent {
   boost::asio::steady_timer shutdown_timer_;
   std::optional<LogDirectory> logs_;
   std::optional<PortReservation> port_;
+  std::unique_ptr<store::StoreServer> store_;
   GroupAssignment group_;
   std::string resolved_executable_;
   std::string host_;

@@ -47,3 +47,13 @@ def test_ddp_under_torch_1_13_matches_its_torchrun(tmp_path):
                        env=base_env(), capture_output=True, text=True, timeout=600)
     assert t.returncode == 0, t.stderr
     assert weights(tmp_path / "muster") == weights(tmp_path / "torchrun")
+
+
+def test_a_restarted_group_forms_again_through_the_agent_store(tmp_path):
+    crash = str(DATA / "ddp_crash_once.py")
+    r = run_muster(["--nproc-per-node=2", "--max-restarts=1", crash, str(tmp_path / "restarted")], timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "Worker group FAILED. 1/1 attempts left" in r.stderr
+    clean = run_muster(["--nproc-per-node=2", SCRIPT, str(tmp_path / "clean")], timeout=600)
+    assert clean.returncode == 0, clean.stderr
+    assert weights(tmp_path / "restarted") == weights(tmp_path / "clean")

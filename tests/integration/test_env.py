@@ -50,7 +50,7 @@ def test_every_worker_gets_exactly_torchruns_variables(tmp_path, nproc):
         assert e["TORCHELASTIC_RUN_ID"] == run_id and len(run_id) == 36  # a uuid4, as torchrun's
         assert e["TORCHELASTIC_RESTART_COUNT"] == "0"
         assert e["TORCHELASTIC_MAX_RESTARTS"] == "0"
-        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"
         assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
         assert e["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
         assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{i}/error.json")
@@ -91,8 +91,14 @@ def test_busy_master_port_is_a_clear_error(tmp_path):
         port = s.getsockname()[1]
         r = run_muster([f"--master-port={port}", "--no-python", "/bin/true"])
     assert r.returncode == 1
-    assert f"cannot reserve TCP port {port}" in r.stderr
+    assert f"cannot serve the workers' store on TCP port {port} (MASTER_PORT)" in r.stderr
     assert "--master-port" in r.stderr
+
+
+def test_without_the_shared_store_worker_0_hosts_it(tmp_path):
+    workers, _ = dump(tmp_path, 2, env=base_env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
+    assert all(w["env"]["TORCHELASTIC_USE_AGENT_STORE"] == "False" for w in workers)
+    assert workers[0]["env"]["MASTER_PORT"] == workers[1]["env"]["MASTER_PORT"]
 
 
 def test_local_rank_macros_in_arguments(tmp_path):
@@ -144,10 +150,8 @@ def test_same_variables_and_values_as_torchrun(tmp_path):
                        env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     torch_ranks = read_json_files(out)
-    # Values that differ by design: random ports and ids, the log directory,
-    # and the agent store (muster's worker 0 hosts the workers' store for now).
-    differ = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE",
-              "LC_CTYPE"}
+    # Values that differ by design: random ports and ids, the log directory.
+    differ = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "LC_CTYPE"}
     for i in range(3):
         m = muster_workers[i]["env"]
         t = torch_ranks[f"rank_{i}"]["env"]
