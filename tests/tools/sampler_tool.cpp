@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
     auto perm = muster::randperm(std::atoll(argv[3]), std::strtoull(argv[4], nullptr, 10));
     FILE* f = std::fopen(argv[1], "wb");
     if (!f) return 1;
-    std::fwrite(perm.data(), sizeof(int64_t), perm.size(), f);
+    if (!perm.empty()) std::fwrite(perm.data(), sizeof(int64_t), perm.size(), f);
     return std::fclose(f) == 0 ? 0 : 1;
   }
   if (argc != 9) {
@@ -32,6 +32,6 @@ int main(int argc, char** argv) {
   if (out.size() != sampler.size()) return 3;
   FILE* f = std::fopen(argv[1], "wb");
   if (!f) return 1;
-  std::fwrite(out.data(), sizeof(int64_t), out.size(), f);
+  if (!out.empty()) std::fwrite(out.data(), sizeof(int64_t), out.size(), f);
   return std::fclose(f) == 0 ? 0 : 1;
 }
