@@ -26,12 +26,16 @@ OutputPump::~OutputPump() {
   if (targets_.file_fd >= 0) ::close(targets_.file_fd);
 }
 
-void OutputPump::start() { read_more(); }
+void OutputPump::start(std::function<void()> on_eof) {
+  on_eof_ = std::move(on_eof);
+  read_more();
+}
 
 void OutputPump::read_more() {
   if (eof_) return;
   auto self = shared_from_this();
   pipe_.async_read_some(boost::asio::buffer(buf_), [self](const boost::system::error_code& ec, std::size_t n) {
+    if (self->eof_) return;  // stopped meanwhile
     if (n > 0) self->consume(std::string_view(self->buf_.data(), n));
     if (ec) {
       if (ec != boost::asio::error::operation_aborted) self->at_eof();
@@ -41,18 +45,7 @@ void OutputPump::read_more() {
   });
 }
 
-void OutputPump::drain() {
-  while (!eof_) {
-    ssize_t r = ::read(pipe_.native_handle(), buf_.data(), buf_.size());
-    if (r > 0) {
-      consume(std::string_view(buf_.data(), static_cast<std::size_t>(r)));
-      continue;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0) at_eof();
-    return;  // EAGAIN: a writer is still alive; the async read carries on
-  }
-}
+void OutputPump::stop() { at_eof(); }
 
 void OutputPump::consume(std::string_view data) {
   if (targets_.file_fd >= 0) write_fully(targets_.file_fd, data.data(), data.size());
@@ -81,6 +74,10 @@ void OutputPump::at_eof() {
   splitter_.finish([this](std::string_view line, bool complete) { emit_line(line, complete); });
   boost::system::error_code ignored;
   pipe_.cancel(ignored);
+  if (auto done = std::move(on_eof_)) {
+    on_eof_ = nullptr;
+    done();
+  }
 }
 
 }  // namespace muster::launcher

@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,10 +29,12 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   OutputPump(boost::asio::io_context& io, int pipe_read_fd, PumpTargets targets);
   ~OutputPump();
 
-  void start();
-  // Reads whatever the pipe still holds without blocking, and flushes a
-  // partial last line once the pipe reached end-of-file.
-  void drain();
+  // on_eof runs once, when every writer has closed the pipe and everything
+  // it carried has been passed on (a partial last line included).
+  void start(std::function<void()> on_eof);
+  // Gives up on a pipe whose writer will not go away: flushes what is
+  // buffered and stops reading.
+  void stop();
   bool finished() const { return eof_; }
 
  private:
@@ -46,6 +49,7 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   std::array<char, 65536> buf_{};
   std::string line_buf_;
   bool eof_ = false;
+  std::function<void()> on_eof_;
 };
 
 // write() until done or an error; EINTR-safe.

@@ -13,7 +13,10 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <vector>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -92,6 +95,26 @@ void kill_everything(pid_t worker, pid_t keep) {
   }
 }
 
+// close_range(2) where the kernel has it (5.9+), else every fd /proc lists.
+void close_inherited_fds(int from) {
+  if (syscall(SYS_close_range, from, ~0U, 0) == 0) return;
+  std::vector<int> fds;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    int own = dirfd(dir);
+    while (dirent* e = readdir(dir)) {
+      int fd = std::atoi(e->d_name);
+      if (fd >= from && fd != own) fds.push_back(fd);
+    }
+    closedir(dir);
+  } else {
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    int top = lim.rlim_cur == RLIM_INFINITY ? 65536 : static_cast<int>(std::min<rlim_t>(lim.rlim_cur, 1 << 20));
+    for (int fd = from; fd < top; ++fd) fds.push_back(fd);
+  }
+  for (int fd : fds) close(fd);
+}
+
 [[noreturn]] void exit_like(int wait_status) {
   if (WIFSIGNALED(wait_status)) {
     int sig = WTERMSIG(wait_status);
@@ -108,9 +131,13 @@ void kill_everything(pid_t worker, pid_t keep) {
   _exit(WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 1);
 }
 
-[[noreturn]] void exec_worker(const ShimSpec& spec, int signal_fd) {
+[[noreturn]] void exec_worker(const ShimSpec& spec, int signal_fd, pid_t shim) {
   // A session of its own: the worker's PGID is its PID, as under torchrun.
   setsid();
+  // Should the shim itself be killed (an outside SIGKILL, the OOM killer),
+  // the worker goes with it rather than living on unsupervised.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != shim) _exit(137);
   close(kControlFd);
   close(signal_fd);
   sigset_t none;
@@ -147,7 +174,7 @@ void run_shim(const ShimSpec& spec) {
   if (spec.stderr_fd >= 0 && spec.stderr_fd != STDERR_FILENO) dup2(spec.stderr_fd, STDERR_FILENO);
   if (spec.control_fd != kControlFd) dup2(spec.control_fd, kControlFd);
   // Nothing of the agent's (its sockets, other workers' pipes) may leak into the worker.
-  syscall(SYS_close_range, kControlFd + 1, ~0U, 0);
+  close_inherited_fds(kControlFd + 1);
   fcntl(kControlFd, F_SETFD, FD_CLOEXEC);
 
   sigset_t handled;
@@ -157,13 +184,14 @@ void run_shim(const ShimSpec& spec) {
   }
   int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
 
+  pid_t shim_pid = getpid();
   pid_t worker = fork();
   if (worker < 0) {
     std::string msg = std::string("muster: cannot start a worker process: ") + std::strerror(errno) + "\n";
     write_all(STDERR_FILENO, msg.data(), msg.size());
     _exit(1);
   }
-  if (worker == 0) exec_worker(spec, sfd);
+  if (worker == 0) exec_worker(spec, sfd, shim_pid);
 
   int32_t pid32 = worker;
   write_all(kControlFd, reinterpret_cast<const char*>(&pid32), sizeof pid32);

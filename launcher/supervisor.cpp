@@ -78,7 +78,7 @@ ExitStatus from_siginfo(const siginfo_t& si) {
 }  // namespace
 
 struct Supervisor::Worker {
-  explicit Worker(boost::asio::io_context& io) : pidfd(io) {}
+  explicit Worker(boost::asio::io_context& io) : pidfd(io), drain_timer(io) {}
   int local_rank = 0;
   pid_t shim_pid = 0;
   pid_t pid = 0;
@@ -86,24 +86,34 @@ struct Supervisor::Worker {
   boost::asio::posix::stream_descriptor pidfd;
   std::vector<std::shared_ptr<OutputPump>> pumps;
   bool exited = false;
+  // The exit, held back until the worker's tee'd output has all been passed on.
+  std::optional<WorkerExit> pending_exit;
+  boost::asio::steady_timer drain_timer;
 };
+
+namespace {
+// How long a tee pipe may stay open after its worker's shim exited (a writer
+// stuck in the kernel) before the exit is reported anyway.
+constexpr auto kDrainLimit = std::chrono::seconds(2);
+}  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, ExitHandler on_exit) : io_(io), on_exit_(std::move(on_exit)) {}
 
 Supervisor::~Supervisor() {
   // Closing the control sockets tells every shim still running that the agent
-  // is done: each kills its worker's tree.
+  // is done: each kills its worker's tree. All are told first, then awaited.
   for (auto& w : workers_) {
     if (w->control >= 0) ::close(w->control);
-    if (!w->exited && w->pidfd.is_open()) {
-      siginfo_t si{};
-      // Bounded: the shim kills its tree within about two seconds.
-      for (int i = 0; i < 500; ++i) {
-        pollfd p{w->pidfd.native_handle(), POLLIN, 0};
-        if (poll(&p, 1, 10) > 0) break;
-      }
-      waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w->pidfd.native_handle()), &si, WEXITED | WNOHANG);
-    }
+    w->control = -1;
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto& w : workers_) {
+    if (w->exited || !w->pidfd.is_open()) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd p{w->pidfd.native_handle(), POLLIN, 0};
+    poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
+    siginfo_t si{};
+    waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(w->pidfd.native_handle()), &si, WEXITED | WNOHANG);
   }
 }
 
@@ -119,7 +129,9 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-      return io_error("cannot create a control socket: " + errno_text());
+      std::string why = errno_text();
+      for (int fd : {out->child, out->parent, out->file, err->child, err->parent, err->file}) if (fd >= 0) ::close(fd);
+      return io_error("cannot create a control socket: " + why);
     }
     ShimSpec spec;
     spec.control_fd = sv[1];
@@ -142,6 +154,7 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     for (int fd : {out->child, err->child}) if (fd >= 0) ::close(fd);
     if (shim < 0) {
       ::close(sv[0]);
+      for (int fd : {out->parent, out->file, err->parent, err->file}) if (fd >= 0) ::close(fd);
       return io_error(std::string("cannot fork a worker: ") + std::strerror(fork_errno));
     }
     auto w = std::make_unique<Worker>(io_);
@@ -150,10 +163,12 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     w->control = sv[0];
     int pfd = pidfd_open(shim);
     if (pfd < 0) {
-      kill(shim, SIGKILL);
-      waitpid(shim, nullptr, 0);
+      std::string why = errno_text();
+      // Closing the control socket makes the shim take its worker down and exit.
       ::close(sv[0]);
-      return io_error("pidfd_open failed (muster needs Linux 5.4 or newer): " + errno_text());
+      waitpid(shim, nullptr, 0);
+      for (int fd : {out->parent, out->file, err->parent, err->file}) if (fd >= 0) ::close(fd);
+      return io_error("pidfd_open failed (muster needs Linux 5.4 or newer): " + why);
     }
     w->pidfd.assign(pfd);
     auto add_pump = [&](const StreamFds& fds, const StreamPlan& plan) {
@@ -161,7 +176,8 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
       PumpTargets targets = plan.tee;
       targets.file_fd = fds.file;
       auto pump = std::make_shared<OutputPump>(io_, fds.parent, std::move(targets));
-      pump->start();
+      Worker* wp = w.get();
+      pump->start([this, wp] { deliver_if_drained(*wp); });
       w->pumps.push_back(std::move(pump));
     };
     add_pump(out.value(), launch.out);
@@ -198,7 +214,6 @@ void Supervisor::on_shim_exit(Worker& w) {
   }
   read_pid(w, false);
   w.exited = true;
-  for (auto& pump : w.pumps) pump->drain();
   if (w.control >= 0) {
     ::close(w.control);
     w.control = -1;
@@ -208,17 +223,38 @@ void Supervisor::on_shim_exit(Worker& w) {
   e.pid = w.pid != 0 ? w.pid : w.shim_pid;
   e.status = from_siginfo(si);
   e.when = std::chrono::system_clock::now();
-  on_exit_(e);
+  w.pending_exit = e;
+  // The shim exits only after every process of the worker's tree is gone, so
+  // the pipes reach end-of-file promptly; the limit covers a writer stuck in
+  // the kernel.
+  Worker* wp = &w;
+  w.drain_timer.expires_after(kDrainLimit);
+  w.drain_timer.async_wait([this, wp](const boost::system::error_code& ec) {
+    if (ec) return;
+    for (auto& pump : wp->pumps) pump->stop();
+    deliver_if_drained(*wp);
+  });
+  deliver_if_drained(w);
+}
+
+void Supervisor::deliver_if_drained(Worker& w) {
+  if (!w.pending_exit) return;
+  for (auto& pump : w.pumps) {
+    if (!pump->finished()) return;
+  }
+  WorkerExit e = *w.pending_exit;
+  w.pending_exit.reset();
+  w.drain_timer.cancel();
+  on_exit_(e);  // may start the next attempt, destroying w: nothing of w after this
 }
 
 void Supervisor::signal_all(int signo) {
   for (auto& w : workers_) {
     if (w->exited || w->control < 0) continue;
     unsigned char b = static_cast<unsigned char>(signo);
-    if (::send(w->control, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1 && signo == SIGKILL) {
-      // The shim cannot be reached; take its worker down directly.
-      if (w->pid > 0) kill(-w->pid, SIGKILL);
-    }
+    // A failed send means the shim is already gone, and with it the worker's
+    // tree; a PID-based fallback could hit a reused process group.
+    (void)::send(w->control, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -54,7 +55,8 @@ class Supervisor {
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  // Starts every worker; on error the ones already started are killed.
+  // Starts every worker. On error the ones already started keep running: the
+  // destructor takes them down.
   Status start(const std::vector<WorkerLaunch>& launches);
   // Sends signo to the process group of every worker still running.
   void signal_all(int signo);
@@ -66,6 +68,7 @@ class Supervisor {
   void watch(Worker& w);
   void on_shim_exit(Worker& w);
   void read_pid(Worker& w, bool blocking);
+  void deliver_if_drained(Worker& w);
 
   boost::asio::io_context& io_;
   ExitHandler on_exit_;

@@ -37,7 +37,9 @@ int try_connect(const std::string& host, int port, Clock::time_point deadline, s
   for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
     fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EINPROGRESS) {
+    int rc_connect = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc_connect == 0) break;
+    if (errno == EINPROGRESS) {
       pollfd p{fd, POLLOUT, 0};
       int soerr = 0;
       socklen_t len = sizeof soerr;
@@ -46,14 +48,11 @@ int try_connect(const std::string& host, int port, Clock::time_point deadline, s
         break;
       }
       error = soerr != 0 ? std::strerror(soerr) : "connection timed out";
-    } else if (errno == 0 || errno == EISCONN) {
-      break;
     } else {
       error = std::strerror(errno);
     }
     ::close(fd);
     fd = -1;
-    errno = 0;
   }
   freeaddrinfo(res);
   if (fd >= 0) {

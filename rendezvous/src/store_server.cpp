@@ -75,6 +75,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       while (!self->closed_) {
         std::size_t n = co_await self->socket_.async_read_some(asio::buffer(buf), asio::use_awaitable);
         if (!*self->alive_) co_return;
+        if (self->closed_) break;  // reset() meanwhile: nothing of a dead attempt may reach the new store
         self->in_.append(buf.data(), n);
         if (!self->process()) break;
       }
@@ -127,7 +128,8 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   Dialect dialect_ = Dialect::v2;
 };
 
-StoreServer::StoreServer(asio::io_context& io) : io_(io), acceptor_(io), alive_(std::make_shared<bool>(true)) {}
+StoreServer::StoreServer(asio::io_context& io)
+    : io_(io), acceptor_(io), retry_timer_(io), alive_(std::make_shared<bool>(true)) {}
 
 StoreServer::~StoreServer() { close(); }
 
@@ -175,7 +177,13 @@ void StoreServer::accept() {
     if (!*alive) return;
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      log::warning("store: accept failed: " + ec.message());
+      // Out of descriptors, say: try again shortly rather than spin.
+      log::warning("store: accept failed: " + ec.message() + "; retrying in 100 ms");
+      retry_timer_.expires_after(std::chrono::milliseconds(100));
+      retry_timer_.async_wait([this, alive](const boost::system::error_code& e) {
+        if (!e && *alive) accept();
+      });
+      return;
     } else {
       boost::system::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
@@ -212,6 +220,7 @@ void StoreServer::close() {
   if (!*alive_) return;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  retry_timer_.cancel();
   for (auto& [id, s] : sessions_) s->close();
   sessions_.clear();
   state_.clear();

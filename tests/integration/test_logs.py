@@ -122,3 +122,13 @@ def test_duplicate_filters_copy_matching_tee_lines(tmp_path):
     assert r.returncode == 0, r.stderr
     filtered = (run_dir(tmp_path, "d") / "attempt_0" / "filtered_stderr.log").read_text().splitlines()
     assert sorted(filtered) == ["[default0]:loss=0.5 epoch=1", "[default1]:loss=0.5 epoch=1"]
+
+
+def test_everything_a_failing_worker_wrote_comes_before_the_report(tmp_path):
+    script = tmp_path / "burst.py"
+    script.write_text("import sys\nfor i in range(20000):\n    print(f'line {i}')\nsys.exit(4)\n")
+    for _ in range(3):
+        r = run_muster([f"--log-dir={tmp_path}", "-t", "3", str(script)])
+        assert r.returncode == 1
+        lines = r.stdout.splitlines()
+        assert lines == [f"[default0]:line {i}" for i in range(20000)]

@@ -124,3 +124,26 @@ def test_a_terminal_interrupt_reaches_only_the_agent_which_forwards_it(tmp_path)
     assert agent.returncode == 1
     for rank in range(2):
         assert (tmp_path / f"signal_{rank}").read_text().split() == ["SIGINT"]
+
+
+def test_a_worker_inherits_no_descriptor_of_the_agent(tmp_path):
+    # The agent holds the store's listening socket, pipes and control sockets.
+    # "$$$$": the argument macros turn "$$" into "$", so the shell sees "$$".
+    r = subprocess.run([MUSTER, "--nproc-per-node=3", "-t", "1", "--no-python", "sh", "-c", "ls /proc/$$$$/fd"],
+                       env=base_env(), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    for rank in range(3):
+        fds = sorted(int(l.split(":", 1)[1]) for l in r.stdout.splitlines() if l.startswith(f"[default{rank}]:"))
+        assert fds == [0, 1, 2], fds
+
+
+def test_killing_a_shim_takes_its_worker_down_and_fails_the_group(tmp_path):
+    agent = start_sleepers(tmp_path, 2)
+    worker = pids_in(tmp_path, "pid")[0]
+    with open(f"/proc/{worker}/stat") as f:
+        shim = int(f.read().rsplit(")", 1)[1].split()[2])
+    os.kill(shim, signal.SIGKILL)
+    _, err = agent.communicate(timeout=30 * SLACK)
+    assert agent.returncode == 1
+    assert wait_for(lambda: not pid_alive(worker), 1.0 * SLACK)
+    assert "ChildFailedError" in err
