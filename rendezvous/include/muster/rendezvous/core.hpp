@@ -1,0 +1,165 @@
+// The rendezvous of one job as a state machine without I/O. Agents (members)
+// join, heartbeat and report how their workers ended; the core answers with
+// what each member must be told. Time is passed in, so every timeout can be
+// tested with a fake clock. The same core serves musterd (many jobs) and an
+// agent that hosts its job's rendezvous.
+//
+// Rounds: a round collects joiners; it completes when max_nodes have joined,
+// or when at least min_nodes have and last_call_timeout has passed since the
+// last join. Completing assigns node ranks (explicit ones for the static
+// backend; else the hosting node first, then by address and name), global and
+// role ranks from each node's local world size, and MASTER_ADDR/MASTER_PORT
+// from node rank 0. A running round ends when a member dies (silent for
+// keep_alive_interval x keep_alive_max_attempt), when a member's workers fail
+// (a failure restart, counted job-wide against max_restarts), when a node
+// waits to join below max_nodes (a membership restart, not counted), or when
+// every member's workers succeeded (the job is done). A failure with no
+// restarts left closes the job: every other member is told who failed first.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "muster/common/status.hpp"
+#include "muster/rendezvous/rank_assignment.hpp"
+
+namespace muster::rendezvous {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+using Duration = std::chrono::milliseconds;
+using MemberId = uint64_t;
+
+struct Settings {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int max_restarts = 0;
+  Duration join_timeout = std::chrono::seconds(600);
+  Duration last_call_timeout = std::chrono::seconds(30);
+  Duration close_timeout = std::chrono::seconds(30);
+  Duration keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
+  bool static_ranks = false;  // the static backend: members bring their node rank
+
+  Duration dead_after() const { return keep_alive_interval * keep_alive_max_attempt; }
+};
+
+struct JoinRequest {
+  std::string node_name;  // unique per agent, e.g. "<host>_<pid>"
+  std::string address;    // what workers of other nodes use to reach this one
+  int local_world_size = 1;
+  std::string role = "default";
+  int store_port = 0;               // the workers' store this node would serve as node rank 0
+  std::optional<int> node_rank;     // static backend only
+  bool is_host = false;             // the agent that hosts the rendezvous
+};
+
+// How a member's workers failed: what the job-wide report needs.
+struct FailureInfo {
+  int global_rank = 0;
+  int local_rank = 0;
+  int exitcode = 0;  // negative: signal
+  std::string host;
+  std::string message;
+  long long timestamp = 0;
+};
+
+namespace out {
+// The round is complete: this member's place in it.
+struct Assign {
+  MemberId member = 0;
+  int round = 0;
+  int restart_count = 0;  // failure restarts so far, the same on every node
+  int group_rank = 0;
+  int group_world_size = 0;
+  NodeRanks ranks;
+  std::string master_addr;
+  int master_port = 0;
+};
+// Stop the workers and join again for the next round.
+struct Restart {
+  MemberId member = 0;
+  int next_round = 0;
+  bool counts_as_failure = false;
+  std::string reason;
+};
+// The join cannot be served (closed job, timeout, bad request).
+struct Reject {
+  MemberId member = 0;
+  Code code = Code::invalid_argument;
+  std::string message;
+};
+// The job is over for this member: success, or failure with the root cause.
+struct Finished {
+  MemberId member = 0;
+  bool success = false;
+  std::optional<FailureInfo> root_cause;
+  std::string message;
+};
+}  // namespace out
+
+using Output = std::variant<out::Assign, out::Restart, out::Reject, out::Finished>;
+
+enum class State { forming, running, closed };
+
+class Rendezvous {
+ public:
+  explicit Rendezvous(Settings settings);
+
+  std::vector<Output> join(MemberId member, const JoinRequest& request, TimePoint now);
+  std::vector<Output> heartbeat(MemberId member, TimePoint now);
+  // Reports about a round other than the running one are ignored: they come
+  // from workers that were being stopped anyway.
+  std::vector<Output> workers_failed(MemberId member, int round, const FailureInfo& failure, TimePoint now);
+  std::vector<Output> workers_succeeded(MemberId member, int round, TimePoint now);
+  // A member that says goodbye, or whose connection broke.
+  std::vector<Output> leave(MemberId member, TimePoint now);
+  // Fires what is due at `now`: last call, join timeouts, dead members.
+  std::vector<Output> tick(TimePoint now);
+  // When tick() next has something to do.
+  std::optional<TimePoint> next_deadline() const;
+
+  State state() const { return state_; }
+  int round() const { return round_; }
+  int restart_count() const { return restart_count_; }
+  std::size_t participants() const { return participants_.size(); }
+  std::size_t waiting() const { return waiting_.size(); }
+  bool succeeded() const { return succeeded_; }
+
+ private:
+  struct Member {
+    JoinRequest request;
+    TimePoint last_seen;
+    TimePoint join_deadline;
+    bool done = false;
+  };
+
+  void complete_round(std::vector<Output>& out);
+  void restart_round(std::vector<Output>& out, bool counts, const std::string& reason, TimePoint now);
+  std::vector<Output> drop(MemberId member, TimePoint now, const std::string& why);
+  void close_failed(std::vector<Output>& out, const FailureInfo& root, MemberId failed);
+  void remove_dead(TimePoint now, std::vector<Output>& out);
+  std::vector<MemberId> rank_order() const;
+  Status validate(const JoinRequest& r) const;
+  std::string missing_text() const;
+
+  Settings settings_;
+  State state_ = State::forming;
+  int round_ = 0;
+  int restart_count_ = 0;
+  bool succeeded_ = false;
+  std::map<MemberId, Member> members_;     // everyone connected to the job
+  std::set<MemberId> participants_;        // joined the current round
+  std::set<MemberId> waiting_;             // joined while the round runs
+  std::vector<MemberId> ranked_;           // the current round's members by node rank
+  std::optional<TimePoint> last_call_;     // forming: completes then if min reached
+  std::set<std::string> lost_;             // nodes gone since the last complete round
+};
+
+}  // namespace muster::rendezvous

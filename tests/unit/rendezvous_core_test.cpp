@@ -1,0 +1,290 @@
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "muster/rendezvous/core.hpp"
+
+using namespace muster::rendezvous;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A fake clock: tests move time by hand. Members that joined heartbeat every
+// second of advanced time unless the test keeps them silent.
+struct Job {
+  Rendezvous rdzv;
+  TimePoint now{};
+  std::set<MemberId> agents;
+  explicit Job(Settings s) : rdzv(s) {}
+  std::vector<Output> join(MemberId id, std::string name, int nproc = 1, std::string addr = "", bool host = false,
+                           std::optional<int> rank = std::nullopt) {
+    JoinRequest r;
+    r.node_name = std::move(name);
+    r.address = addr.empty() ? r.node_name + ".cluster" : addr;
+    r.local_world_size = nproc;
+    r.store_port = 40000 + static_cast<int>(id);
+    r.is_host = host;
+    r.node_rank = rank;
+    agents.insert(id);
+    return rdzv.join(id, r, now);
+  }
+  std::vector<Output> advance(Duration d, std::set<MemberId> silent = {}) {
+    std::vector<Output> out;
+    TimePoint end = now + d;
+    while (now < end) {
+      now = std::min(end, now + Duration(1000));
+      for (MemberId id : agents) {
+        if (!silent.count(id)) rdzv.heartbeat(id, now);
+      }
+      auto more = rdzv.tick(now);
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  }
+};
+
+Settings settings(int min, int max, int restarts = 0) {
+  Settings s;
+  s.min_nodes = min;
+  s.max_nodes = max;
+  s.max_restarts = restarts;
+  s.join_timeout = 600s;
+  s.last_call_timeout = 30s;
+  s.keep_alive_interval = 5s;
+  s.keep_alive_max_attempt = 3;
+  return s;
+}
+
+template <typename T>
+std::vector<T> all(const std::vector<Output>& outs) {
+  std::vector<T> v;
+  for (const auto& o : outs) {
+    if (auto* x = std::get_if<T>(&o)) v.push_back(*x);
+  }
+  return v;
+}
+
+const out::Assign& assign_of(const std::vector<out::Assign>& v, MemberId id) {
+  for (const auto& a : v) {
+    if (a.member == id) return a;
+  }
+  FAIL("no assignment for member " << id);
+  return v.front();
+}
+
+}  // namespace
+
+TEST_CASE("a round completes at once when max nodes have joined", "[rdzv]") {
+  Job job(settings(2, 2));
+  CHECK(job.join(1, "b", 2).empty());
+  auto out = job.join(2, "a", 3);
+  auto assigns = all<out::Assign>(out);
+  REQUIRE(assigns.size() == 2);
+  CHECK(job.rdzv.state() == State::running);
+  // Ranks in address order; global ranks from each node's local world size.
+  auto& a = assign_of(assigns, 2);
+  auto& b = assign_of(assigns, 1);
+  CHECK(a.group_rank == 0);
+  CHECK(b.group_rank == 1);
+  CHECK(a.ranks.base_global_rank == 0);
+  CHECK(b.ranks.base_global_rank == 3);
+  CHECK(a.ranks.global_world_size == 5);
+  CHECK(a.group_world_size == 2);
+  // MASTER_ADDR/PORT from node rank 0.
+  CHECK(b.master_addr == "a.cluster");
+  CHECK(b.master_port == 40002);
+}
+
+TEST_CASE("a round closes after last_call_timeout once min nodes joined", "[rdzv]") {
+  Job job(settings(2, 4));
+  job.join(1, "n1");
+  CHECK(job.advance(29s).empty());
+  job.join(2, "n2");  // min reached: the last call starts now
+  CHECK(all<out::Assign>(job.advance(29s)).empty());
+  job.join(3, "n3");  // a later join restarts the last call
+  CHECK(all<out::Assign>(job.advance(29s)).empty());
+  CHECK(job.rdzv.next_deadline().has_value());
+  auto out = job.advance(1s);
+  CHECK(all<out::Assign>(out).size() == 3);
+}
+
+TEST_CASE("the hosting node gets node rank 0", "[rdzv]") {
+  Job job(settings(2, 2));
+  job.join(1, "aaa");
+  auto assigns = all<out::Assign>(job.join(2, "zzz", 1, "", true));
+  CHECK(assign_of(assigns, 2).group_rank == 0);
+  CHECK(assign_of(assigns, 1).group_rank == 1);
+}
+
+TEST_CASE("the static backend uses the node ranks it is given and waits for max", "[rdzv]") {
+  Settings s = settings(1, 3);
+  s.static_ranks = true;
+  Job job(s);
+  job.join(1, "x", 1, "", false, 2);
+  job.join(2, "y", 1, "", false, 0);
+  CHECK(all<out::Assign>(job.advance(60s)).empty());  // not elastic: no last call
+  auto dup = all<out::Reject>(job.join(4, "w", 1, "", false, 0));
+  REQUIRE(dup.size() == 1);
+  CHECK(dup[0].message.find("already taken by node y") != std::string::npos);
+  job.agents.erase(4);
+  auto assigns = all<out::Assign>(job.join(3, "z", 1, "", false, 1));
+  REQUIRE(assigns.size() == 3);
+  CHECK(assign_of(assigns, 1).group_rank == 2);
+  CHECK(assign_of(assigns, 2).group_rank == 0);
+  CHECK(assign_of(assigns, 3).group_rank == 1);
+  CHECK_FALSE(all<out::Reject>(job.join(5, "v", 1, "", false, 9)).empty());
+}
+
+TEST_CASE("fewer than min nodes within join_timeout fails the joiners", "[rdzv]") {
+  Job job(settings(3, 3));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  CHECK(job.advance(599s).empty());
+  auto rejects = all<out::Reject>(job.advance(1s));
+  REQUIRE(rejects.size() == 2);
+  CHECK(rejects[0].code == muster::Code::timeout);
+  CHECK(rejects[0].message.find("2 of at least 3 nodes joined") != std::string::npos);
+}
+
+TEST_CASE("a dead node is noticed after interval x attempts and the survivors re-form", "[rdzv]") {
+  Job job(settings(2, 3));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  job.join(3, "n3");
+  REQUIRE(job.rdzv.state() == State::running);
+  CHECK(job.advance(14s, {3}).empty());
+  auto out = job.advance(1s, {3});  // node 3 silent for 15 s
+  auto restarts = all<out::Restart>(out);
+  REQUIRE(restarts.size() == 2);
+  CHECK_FALSE(restarts[0].counts_as_failure);
+  CHECK(restarts[0].reason.find("node n3 stopped answering for 15 s") != std::string::npos);
+  CHECK(job.rdzv.state() == State::forming);
+  CHECK(job.rdzv.restart_count() == 0);
+  // The survivors join the next round; min is reached, the last call runs out.
+  job.agents.erase(3);
+  job.join(1, "n1");
+  job.join(2, "n2");
+  auto assigns = all<out::Assign>(job.advance(30s));
+  REQUIRE(assigns.size() == 2);
+  CHECK(assigns[0].round == 1);
+  CHECK(assigns[0].group_world_size == 2);
+}
+
+TEST_CASE("below min after a death the survivors wait, then fail naming the lost node", "[rdzv]") {
+  Job job(settings(2, 2));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  auto restart = all<out::Restart>(job.advance(15s, {2}));
+  REQUIRE(restart.size() == 1);
+  job.agents.erase(2);
+  job.join(1, "n1");
+  CHECK(job.advance(599s).empty());
+  auto rejects = all<out::Reject>(job.advance(1s));
+  REQUIRE(rejects.size() == 1);
+  CHECK(rejects[0].member == 1);
+  CHECK(rejects[0].message.find("lost: n2") != std::string::npos);
+}
+
+TEST_CASE("a late joiner below max is admitted by a membership restart", "[rdzv]") {
+  Job job(settings(1, 3, 0));
+  job.join(1, "n1");
+  job.advance(30s);
+  REQUIRE(job.rdzv.state() == State::running);
+  auto out = job.join(2, "n2");
+  auto restarts = all<out::Restart>(out);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].member == 1);
+  CHECK_FALSE(restarts[0].counts_as_failure);
+  CHECK(job.rdzv.participants() == 1);  // the newcomer is already in the next round
+  job.join(1, "n1");
+  auto assigns = all<out::Assign>(job.advance(30s));
+  REQUIRE(assigns.size() == 2);
+  CHECK(assigns[0].restart_count == 0);
+}
+
+TEST_CASE("a joiner beyond max waits and times out if no place frees", "[rdzv]") {
+  Job job(settings(1, 1));
+  job.join(1, "n1");
+  auto out = job.join(2, "n2");
+  CHECK(all<out::Restart>(out).empty());
+  CHECK(job.rdzv.waiting() == 1);
+  auto rejects = all<out::Reject>(job.advance(600s));
+  REQUIRE(rejects.size() == 1);
+  CHECK(rejects[0].member == 2);
+}
+
+TEST_CASE("a worker failure restarts every node and counts, until no restarts are left", "[rdzv]") {
+  Job job(settings(2, 2, 1));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  FailureInfo f{3, 1, 7, "n2.cluster", "boom", 100};
+  auto out = job.rdzv.workers_failed(2, 0, f, job.now);
+  auto restarts = all<out::Restart>(out);
+  REQUIRE(restarts.size() == 2);
+  CHECK(restarts[0].counts_as_failure);
+  CHECK(job.rdzv.restart_count() == 1);
+  // A stale report from the stopped round changes nothing.
+  CHECK(job.rdzv.workers_failed(1, 0, f, job.now).empty());
+  job.join(1, "n1");
+  auto assigns = all<out::Assign>(job.join(2, "n2"));
+  REQUIRE(assigns.size() == 2);
+  CHECK(assigns[0].restart_count == 1);
+  auto end = job.rdzv.workers_failed(1, 1, f, job.now);
+  auto finished = all<out::Finished>(end);
+  REQUIRE(finished.size() == 2);
+  CHECK_FALSE(finished[0].success);
+  REQUIRE(finished[0].root_cause);
+  CHECK(finished[0].root_cause->global_rank == 3);
+  CHECK(job.rdzv.state() == State::closed);
+  auto late = all<out::Reject>(job.join(9, "late"));
+  REQUIRE(late.size() == 1);
+  CHECK(late[0].code == muster::Code::closed);
+}
+
+TEST_CASE("the job ends when every node's workers succeeded", "[rdzv]") {
+  Job job(settings(2, 2));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  CHECK(job.rdzv.workers_succeeded(1, 0, job.now).empty());
+  auto out = job.rdzv.workers_succeeded(2, 0, job.now);
+  auto finished = all<out::Finished>(out);
+  REQUIRE(finished.size() == 2);
+  CHECK(finished[0].success);
+  CHECK(job.rdzv.state() == State::closed);
+  CHECK(job.rdzv.succeeded());
+  CHECK(job.rdzv.tick(job.now + 1h).empty());
+}
+
+TEST_CASE("a node that leaves a running job triggers a re-form", "[rdzv]") {
+  Job job(settings(1, 2));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  auto restarts = all<out::Restart>(job.rdzv.leave(2, job.now));
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].member == 1);
+  CHECK(restarts[0].reason == "node n2 left the job");
+}
+
+TEST_CASE("an agent that reconnects under its name replaces its old member", "[rdzv]") {
+  Job job(settings(2, 2));
+  job.join(1, "n1");
+  job.join(7, "n1");
+  CHECK(job.rdzv.participants() == 1);
+  auto assigns = all<out::Assign>(job.join(2, "n2"));
+  CHECK(assigns.size() == 2);
+}
+
+TEST_CASE("bad joins are refused with what to do", "[rdzv]") {
+  Job job(settings(1, 2));
+  auto r = all<out::Reject>(job.join(1, "n", 0));
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].message.find("at least one") != std::string::npos);
+}
+
+TEST_CASE("next_deadline names the earliest timer", "[rdzv]") {
+  Job job(settings(1, 2));
+  job.join(1, "n1");
+  auto next = job.rdzv.next_deadline();
+  REQUIRE(next);
+  CHECK(*next == job.now + 15s);  // the heartbeat deadline comes before the 30 s last call
+}
