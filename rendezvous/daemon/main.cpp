@@ -1,0 +1,73 @@
+// musterd: the rendezvous daemon. Hosts any number of jobs keyed by rdzv_id;
+// agents reach it with --rdzv-backend=c10d --rdzv-endpoint=<host>:<port>.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "muster/common/endpoint.hpp"
+#include "muster/common/log.hpp"
+#include "muster/rendezvous/server.hpp"
+
+namespace {
+
+// systemd's readiness protocol (Type=notify), without linking libsystemd.
+void notify_systemd(const char* state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || path[0] == '\0') return;
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::size_t len = std::strlen(path);
+  if (len >= sizeof addr.sun_path) {
+    ::close(fd);
+    return;
+  }
+  std::memcpy(addr.sun_path, path, len);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  ::sendto(fd, state, std::strlen(state), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
+           static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+  ::close(fd);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"musterd: the muster rendezvous daemon"};
+  std::string listen = "0.0.0.0:29400";
+  app.add_option("--listen", listen, "ADDR:PORT to listen on ([::]:PORT for IPv6)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  muster::log::init_from_env("musterd");
+  auto ep = muster::parse_endpoint(listen, 29400);
+  if (!ep.ok()) {
+    std::cerr << "musterd: error: --listen: " << ep.status().message() << "\n";
+    return 2;
+  }
+  boost::asio::io_context io(1);
+  auto server = muster::rendezvous::RendezvousServer::listen(io, ep->host == "localhost" ? "127.0.0.1" : ep->host,
+                                                             ep->port);
+  if (!server.ok()) {
+    std::cerr << "musterd: error: " << server.status().message() << "\n";
+    return 1;
+  }
+  // The port line comes first on stdout, so scripts can use --listen ADDR:0.
+  std::cout << "musterd listening on " << ep->host << ":" << server.value()->port() << std::endl;
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](const boost::system::error_code&, int signo) {
+    notify_systemd("STOPPING=1");
+    muster::log::warning("musterd: signal " + std::to_string(signo) + ", shutting down");
+    server.value()->close();
+    io.stop();
+  });
+  notify_systemd("READY=1");
+  io.run();
+  return 0;
+}
