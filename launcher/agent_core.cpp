@@ -4,7 +4,8 @@
 
 namespace muster::launcher {
 
-AgentCore::AgentCore(int nproc, int max_restarts) : nproc_(nproc), max_restarts_(max_restarts) {}
+AgentCore::AgentCore(int nproc, int max_restarts, bool coordinated)
+    : nproc_(nproc), max_restarts_(max_restarts), coordinated_(coordinated) {}
 
 std::vector<Action> AgentCore::begin_attempt() {
   phase_ = Phase::running;
@@ -17,8 +18,38 @@ std::vector<Action> AgentCore::begin_attempt() {
 }
 
 std::vector<Action> AgentCore::start() {
-  if (phase_ != Phase::idle) return {};
+  if (phase_ != Phase::idle || coordinated_) return {};
   return begin_attempt();
+}
+
+std::vector<Action> AgentCore::on_assignment(int restart_count) {
+  if (!coordinated_ || (phase_ != Phase::idle && phase_ != Phase::waiting)) return {};
+  restart_count_ = restart_count;
+  return begin_attempt();
+}
+
+std::vector<Action> AgentCore::on_stop_order() {
+  if (!coordinated_) return {};
+  switch (phase_) {
+    case Phase::running:
+      phase_ = Phase::stopping;
+      reason_ = StopReason::ordered;
+      return {action::SignalWorkers{SIGTERM}, action::ArmShutdownTimer{}};
+    case Phase::idle:
+    case Phase::waiting:
+      phase_ = Phase::waiting;
+      return {action::WorkersStopped{}};
+    case Phase::stopping:
+    case Phase::finished:
+      return {};  // WorkersStopped comes when the stop in progress ends
+  }
+  return {};
+}
+
+std::vector<Action> AgentCore::on_job_finished(int exit_code) {
+  if (phase_ == Phase::finished) return {};
+  phase_ = Phase::finished;
+  return {action::Finish{exit_code}};
 }
 
 std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status) {
@@ -32,6 +63,7 @@ std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status)
       failures_.push_back({local_rank, status, false});
       phase_ = Phase::stopping;
       reason_ = StopReason::failure;
+      if (coordinated_) out.push_back(action::ReportFailure{local_rank});
       if (live_ > 0) {
         out.push_back(action::SignalWorkers{SIGTERM});
         out.push_back(action::ArmShutdownTimer{});
@@ -48,10 +80,19 @@ std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status)
 std::vector<Action> AgentCore::after_exit() {
   if (live_ > 0) return {};
   if (phase_ == Phase::running) {  // every worker succeeded
+    if (coordinated_) {
+      phase_ = Phase::waiting;
+      return {action::ReportSuccess{}};
+    }
     phase_ = Phase::finished;
     return {action::Finish{0}};
   }
   std::vector<Action> out{action::CancelShutdownTimer{}};
+  if (coordinated_ && reason_ != StopReason::signal) {
+    phase_ = Phase::waiting;
+    out.push_back(action::WorkersStopped{});
+    return out;
+  }
   if (reason_ == StopReason::failure && restart_count_ < max_restarts_) {
     ++restart_count_;
     auto start = begin_attempt();
@@ -66,6 +107,7 @@ std::vector<Action> AgentCore::after_exit() {
 std::vector<Action> AgentCore::on_signal(int signo) {
   switch (phase_) {
     case Phase::idle:
+    case Phase::waiting:
       signal_ = signo;
       reason_ = StopReason::signal;
       phase_ = Phase::finished;

@@ -40,14 +40,22 @@ struct Finish {
 };
 // Workers that outlived SIGKILL (stuck in the kernel): name them, then give up on them.
 struct AbandonWorkers {};
+// Coordinated (multi-node) mode: tell the rendezvous, which decides what follows.
+struct ReportFailure {
+  int local_rank = 0;
+};
+struct ReportSuccess {};
+// Coordinated mode: every local worker is down after a stop.
+struct WorkersStopped {};
 }  // namespace action
 
 using Action = std::variant<action::StartWorkers, action::SignalWorkers, action::ArmShutdownTimer,
                             action::CancelShutdownTimer, action::KillWorkers, action::AbandonWorkers,
-                            action::Finish>;
+                            action::ReportFailure, action::ReportSuccess, action::WorkersStopped, action::Finish>;
 
-enum class Phase { idle, running, stopping, finished };
-enum class StopReason { none, failure, signal };
+// waiting: coordinated mode, workers down, the rendezvous decides what is next.
+enum class Phase { idle, running, stopping, waiting, finished };
+enum class StopReason { none, failure, signal, ordered };
 
 // A worker that ended badly in the current attempt, in the order seen.
 struct ObservedFailure {
@@ -58,9 +66,18 @@ struct ObservedFailure {
 
 class AgentCore {
  public:
-  AgentCore(int nproc, int max_restarts);
+  // coordinated: a multi-node job, where restarts and the end of the job are
+  // the rendezvous's decisions, not this node's.
+  AgentCore(int nproc, int max_restarts, bool coordinated = false);
 
   std::vector<Action> start();
+  // Coordinated mode: the rendezvous assigned a round; start its workers.
+  std::vector<Action> on_assignment(int restart_count);
+  // Coordinated mode: the rendezvous ordered the workers stopped (a restart,
+  // or the job ending); WorkersStopped follows once they are down.
+  std::vector<Action> on_stop_order();
+  // Coordinated mode: the job is over; call once the workers are down.
+  std::vector<Action> on_job_finished(int exit_code);
   std::vector<Action> on_worker_exit(int local_rank, ExitStatus status);
   std::vector<Action> on_signal(int signo);
   std::vector<Action> on_shutdown_timer();
@@ -80,6 +97,7 @@ class AgentCore {
 
   int nproc_;
   int max_restarts_;
+  bool coordinated_;
   int restart_count_ = 0;
   Phase phase_ = Phase::idle;
   StopReason reason_ = StopReason::none;

@@ -135,3 +135,49 @@ TEST_CASE("exits of unknown or already-exited ranks are ignored", "[core]") {
   CHECK(core.on_worker_exit(0, code(1)).empty());
   CHECK(core.live_workers() == 1);
 }
+
+TEST_CASE("coordinated: workers start on assignment, a failure is reported, the rendezvous decides", "[core]") {
+  AgentCore core(2, 5, true);
+  CHECK(core.start().empty());
+  auto start = core.on_assignment(3);
+  REQUIRE(has<action::StartWorkers>(start));
+  CHECK(std::get<action::StartWorkers>(start[0]).restart_count == 3);
+  auto fail = core.on_worker_exit(0, code(1));
+  CHECK(has<action::ReportFailure>(fail));
+  CHECK(has<action::SignalWorkers>(fail));
+  auto stopped = core.on_worker_exit(1, sig(SIGTERM));
+  CHECK(has<action::WorkersStopped>(stopped));
+  CHECK_FALSE(has<action::StartWorkers>(stopped));  // no local restart
+  CHECK(core.phase() == Phase::waiting);
+  CHECK(has<action::StartWorkers>(core.on_assignment(4)));
+  CHECK(core.restart_count() == 4);
+}
+
+TEST_CASE("coordinated: a stop order stops the workers, then the job may finish", "[core]") {
+  AgentCore core(2, 0, true);
+  core.on_assignment(0);
+  auto order = core.on_stop_order();
+  CHECK(has<action::SignalWorkers>(order));
+  core.on_worker_exit(0, sig(SIGTERM));
+  CHECK(has<action::WorkersStopped>(core.on_worker_exit(1, sig(SIGTERM))));
+  CHECK(core.failures().size() == 2);
+  CHECK(core.failures()[0].stopped_by_agent);
+  CHECK(finish_code(core.on_job_finished(1)) == 1);
+}
+
+TEST_CASE("coordinated: local success is reported and waits for the job's end", "[core]") {
+  AgentCore core(1, 0, true);
+  core.on_assignment(0);
+  auto done = core.on_worker_exit(0, ok());
+  CHECK(has<action::ReportSuccess>(done));
+  CHECK(finish_code(done) == -1);
+  CHECK(has<action::WorkersStopped>(core.on_stop_order()));
+  CHECK(finish_code(core.on_job_finished(0)) == 0);
+}
+
+TEST_CASE("coordinated: a signal still ends the run with 1", "[core]") {
+  AgentCore core(1, 0, true);
+  core.on_assignment(0);
+  core.on_signal(SIGTERM);
+  CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == 1);
+}
