@@ -45,17 +45,11 @@ Agent::Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, Laun
       signals_(signals),
       cfg_(std::move(cfg)),
       env_(std::move(env)),
-      core_(cfg_.nproc_per_node, cfg_.max_restarts),
+      core_(cfg_.nproc_per_node, cfg_.max_restarts, cfg_.max_nodes > 1),
       supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
       shutdown_timer_(io) {}
 
 Status Agent::form_group() {
-  if (cfg_.max_nodes > 1) {
-    return Status(Code::invalid_argument,
-                  "--nnodes=" + std::to_string(cfg_.min_nodes) + ":" + std::to_string(cfg_.max_nodes) +
-                      " asks for a multi-node job, which needs the multi-node rendezvous that this "
-                      "muster build does not have yet; run one node per job (--nnodes=1)");
-  }
   // One node: this agent is group rank 0 of a group of one.
   rendezvous::NodeSlot self{cfg_.role, cfg_.nproc_per_node};
   auto ranks = rendezvous::assign_worker_ranks({self}).front();
@@ -118,6 +112,7 @@ Status Agent::form_group() {
 int Agent::run() {
   host_ = local_fqdn();
   wait_for_signal();
+  if (cfg_.max_nodes > 1) return run_coordinated();
   if (auto st = form_group(); !st.ok()) {
     std::string msg = "muster: error: " + st.message() + "\n";
     write_fully(STDERR_FILENO, msg.data(), msg.size());
@@ -181,6 +176,18 @@ void Agent::apply(const std::vector<Action>& actions) {
         log::error("process " + std::to_string(supervisor_.worker_pid(lr)) + " (local_rank " + std::to_string(lr) +
                    ") is still there " + std::to_string(kKilledWorkerWait.count()) +
                    " s after SIGKILL, probably stuck in the kernel (state D); giving up on it");
+      }
+    } else if (const auto* rf = std::get_if<action::ReportFailure>(&a)) {
+      report_to_rendezvous_failure(rf->local_rank);
+    } else if (std::holds_alternative<action::ReportSuccess>(a)) {
+      rdzv_->send({{"type", "workers_succeeded"}, {"v", rendezvous::kProtocolVersion}, {"round", round_}});
+    } else if (std::holds_alternative<action::WorkersStopped>(a)) {
+      // Workers down: do what the rendezvous ordered, or wait for its word.
+      if (after_stop_ == AfterStop::rejoin) {
+        after_stop_ = AfterStop::wait;
+        send_join();
+      } else if (after_stop_ == AfterStop::finish) {
+        apply(core_.on_job_finished(exit_after_stop_));
       }
     } else if (const auto* fin = std::get_if<action::Finish>(&a)) {
       finish(fin->exit_code);
@@ -311,11 +318,19 @@ void Agent::finish(int exit_code) {
   exit_code_ = exit_code;
   shutdown_timer_.cancel();
   signals_.cancel();
+  if (rdzv_) {
+    if (core_.stop_reason() == StopReason::signal) {
+      rdzv_->send({{"type", "leave"}, {"v", rendezvous::kProtocolVersion}});
+    }
+    rdzv_->close();
+  }
   if (exit_code != 0) {
     if (core_.stop_reason() == StopReason::signal && core_.received_signal()) {
       std::string msg = "SignalException: Process " + std::to_string(getpid()) +
                         " got signal: " + std::to_string(*core_.received_signal()) + "\n";
       write_fully(STDERR_FILENO, msg.data(), msg.size());
+    } else if (coordinated_ && job_root_cause_) {
+      report_job_failure();
     } else if (!core_.failures().empty()) {
       report_failure();
     }

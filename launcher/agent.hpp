@@ -16,6 +16,8 @@
 #include "failure_report.hpp"
 #include "launch_config.hpp"
 #include "log_dir.hpp"
+#include "muster/rendezvous/client.hpp"
+#include "muster/rendezvous/server.hpp"
 #include "muster/store/server.hpp"
 #include "port_reservation.hpp"
 #include "supervisor.hpp"
@@ -32,6 +34,8 @@ class Agent {
   int run();
 
  private:
+  // What the rendezvous ordered for when the local workers are down.
+  enum class AfterStop { wait, rejoin, finish };
   Status form_group();
   void wait_for_signal();
   void apply(const std::vector<Action>& actions);
@@ -39,6 +43,15 @@ class Agent {
   void on_worker_exit(const WorkerExit& e);
   void finish(int exit_code);
   void report_failure();
+  // Multi-node jobs (agent_rendezvous.cpp).
+  int run_coordinated();
+  Status setup_rendezvous();
+  void send_join();
+  void on_rendezvous_message(const nlohmann::json& m);
+  void on_rendezvous_error(const Status& st);
+  void stop_then(AfterStop next, int exit_code);
+  void report_to_rendezvous_failure(int local_rank);
+  void report_job_failure();
   void copy_error_file_to_parent(const ProcessFailure& root);
   std::vector<WorkerLaunch> build_launches(const std::string& attempt_dir);
   void open_filtered_logs(const std::string& attempt_dir);
@@ -63,6 +76,19 @@ class Agent {
   int last_stop_signal_ = 0;
   int exit_code_ = 1;
   bool finished_ = false;
+
+  // Multi-node state.
+  bool coordinated_ = false;
+  std::shared_ptr<rendezvous::RendezvousClient> rdzv_;
+  std::unique_ptr<rendezvous::RendezvousServer> rdzv_server_;
+  rendezvous::Settings rdzv_settings_;
+  std::string node_address_;
+  std::string node_name_;
+  bool is_host_ = false;
+  int round_ = -1;
+  AfterStop after_stop_ = AfterStop::wait;
+  int exit_after_stop_ = 1;
+  std::optional<rendezvous::FailureInfo> job_root_cause_;
 };
 
 }  // namespace muster::launcher

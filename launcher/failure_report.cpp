@@ -132,7 +132,7 @@ std::string format_failure_report(const std::string& entrypoint_name, const std:
     const auto& f = failures[idx];
     std::string block = "[" + std::to_string(idx) + "]:\n";
     block += "  time      : " + format_time(f.timestamp) + "\n";
-    block += "  host      : " + host + "\n";
+    block += "  host      : " + (f.host.empty() ? host : f.host) + "\n";
     block += "  rank      : " + std::to_string(f.global_rank) + " (local_rank: " + std::to_string(f.local_rank) + ")\n";
     // torch 2.x appends the signal's name: "(pid: 7)  (SIGTERM)", and a lone space otherwise.
     std::string signal_suffix;

@@ -34,6 +34,7 @@ struct ProcessFailure {
   bool message_is_object = false; // object messages get "\n  " continuation
   long long timestamp = 0;        // unix seconds
   bool stopped_by_agent = false;  // a peer the agent stopped because of the failure
+  std::string host;               // the node it ran on, when not the reporting one
 };
 
 // Builds the failure of a worker from its exit and its error file (if any).

@@ -1,0 +1,242 @@
+// The agent in a multi-node job: it joins the job's rendezvous (hosting it
+// in-process when the endpoint is one of its own addresses), starts its
+// workers on each assignment, reports how they ended, and follows the
+// rendezvous's restart and finish orders.
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "agent.hpp"
+#include "muster/common/endpoint.hpp"
+#include "muster/common/log.hpp"
+#include "rdzv_conf.hpp"
+#include "signals.hpp"
+
+namespace muster::launcher {
+namespace {
+
+using nlohmann::json;
+
+Result<rendezvous::Duration> conf_seconds(const RdzvConf& conf, const std::string& key, double fallback) {
+  auto it = conf.find(key);
+  double v = fallback;
+  if (it != conf.end()) {
+    char* end = nullptr;
+    v = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0' || !(v >= 0)) {
+      return invalid_argument("The rendezvous configuration option '" + key +
+                              "' must be a number of seconds, got '" + it->second + "'");
+    }
+  }
+  return rendezvous::Duration(static_cast<long long>(v * 1000));
+}
+
+bool is_loopback_name(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+}  // namespace
+
+Status Agent::setup_rendezvous() {
+  if (cfg_.rdzv_backend != "c10d") {
+    return invalid_argument("--rdzv-backend=" + cfg_.rdzv_backend + " with --nnodes=" +
+                            std::to_string(cfg_.min_nodes) + ":" + std::to_string(cfg_.max_nodes) +
+                            " is not supported yet; use --rdzv-backend=c10d with --rdzv-endpoint");
+  }
+  auto ep = parse_endpoint(cfg_.rdzv_endpoint, 29400);
+  if (!ep.ok()) return ep.status();
+  const auto& conf = cfg_.rdzv_conf;
+  auto join = conf_seconds(conf, "join_timeout", 600);
+  auto last = conf_seconds(conf, "last_call_timeout", 30);
+  auto close = conf_seconds(conf, "close_timeout", 30);
+  auto keep = conf_seconds(conf, "keep_alive_interval", 5);
+  auto attempts = rdzv_conf_int(conf, "keep_alive_max_attempt", 3);
+  for (const auto* r : {&join, &last, &close, &keep}) {
+    if (!r->ok()) return r->status();
+  }
+  if (!attempts.ok()) return attempts.status();
+  if (keep->count() <= 0 || attempts.value() < 1) {
+    return invalid_argument("keep_alive_interval must be > 0 and keep_alive_max_attempt >= 1");
+  }
+  rdzv_settings_.min_nodes = cfg_.min_nodes;
+  rdzv_settings_.max_nodes = cfg_.max_nodes;
+  rdzv_settings_.max_restarts = cfg_.max_restarts;
+  rdzv_settings_.join_timeout = join.value();
+  rdzv_settings_.last_call_timeout = last.value();
+  rdzv_settings_.close_timeout = close.value();
+  rdzv_settings_.keep_alive_interval = keep.value();
+  rdzv_settings_.keep_alive_max_attempt = static_cast<int>(attempts.value());
+
+  node_address_ = cfg_.local_addr ? *cfg_.local_addr : host_;
+  node_name_ = node_address_ + "_" + std::to_string(getpid());
+
+  // The workers' store this node serves if it becomes node rank 0.
+  auto store = store::StoreServer::listen(io_, "", 0);
+  if (!store.ok()) return store.status();
+  store_ = std::move(store.value());
+
+  // Host the rendezvous when the endpoint is ours, as torchrun's c10d backend
+  // does; a second agent on the same machine finds the port taken and joins.
+  bool ours = is_loopback_name(ep->host) || ep->host == host_ || (cfg_.local_addr && ep->host == *cfg_.local_addr);
+  auto forced = rdzv_conf_bool(conf, "is_host", ours);
+  if (!forced.ok()) return forced.status();
+  bool explicit_host = conf.count("is_host") > 0;
+  if (forced.value()) {
+    std::string bind = ep->host == "localhost" ? "127.0.0.1" : (is_loopback_name(ep->host) ? ep->host : "");
+    auto server = rendezvous::RendezvousServer::listen(io_, bind, ep->port);
+    if (server.ok()) {
+      rdzv_server_ = std::move(server.value());
+      is_host_ = true;
+      log::info("hosting the rendezvous of job '" + cfg_.rdzv_id + "' on " + ep->to_string());
+    } else if (explicit_host) {
+      return Status(Code::unavailable, "is_host=true, but " + server.status().message());
+    }
+  }
+  std::string connect_host = ep->host;
+  rdzv_ = std::make_shared<rendezvous::RendezvousClient>(
+      io_, connect_host, ep->port, [this](const json& m) { on_rendezvous_message(m); },
+      [this](const Status& st) { on_rendezvous_error(st); });
+  auto path = resolve_executable(cfg_.executable, env_.count("PATH") ? env_.at("PATH") : "");
+  if (!path.ok()) return path.status();
+  resolved_executable_ = path.value();
+  return {};
+}
+
+int Agent::run_coordinated() {
+  coordinated_ = true;
+  if (auto st = setup_rendezvous(); !st.ok()) {
+    std::string msg = "muster: error: " + st.message() + "\n";
+    write_fully(STDERR_FILENO, msg.data(), msg.size());
+    return 1;
+  }
+  io_.poll();  // a signal during start-up ends the run before anything starts
+  if (finished_) return exit_code_;
+  rdzv_->connect(rdzv_settings_.join_timeout, [this] {
+    rdzv_->start_heartbeats(rdzv_settings_.keep_alive_interval);
+    send_join();
+  });
+  io_.run();
+  return exit_code_;
+}
+
+void Agent::send_join() {
+  rendezvous::JoinMessage m;
+  m.job = cfg_.rdzv_id;
+  m.request.node_name = node_name_;
+  m.request.address = node_address_;
+  m.request.local_world_size = cfg_.nproc_per_node;
+  m.request.role = cfg_.role;
+  m.request.store_port = store_->port();
+  m.request.is_host = is_host_;
+  m.settings = rdzv_settings_;
+  rdzv_->send(rendezvous::to_json(m));
+  log::info("[" + cfg_.role + "] joining the rendezvous of job '" + cfg_.rdzv_id + "' at " + rdzv_->address());
+}
+
+void Agent::stop_then(AfterStop next, int exit_code) {
+  after_stop_ = next;
+  exit_after_stop_ = exit_code;
+  apply(core_.on_stop_order());
+}
+
+void Agent::on_rendezvous_message(const json& m) {
+  if (finished_) return;
+  const std::string type = m["type"].get<std::string>();
+  if (type == "assign") {
+    round_ = m.value("round", 0);
+    group_.role = cfg_.role;
+    group_.group_rank = m.value("group_rank", 0);
+    group_.group_world_size = m.value("group_world_size", 1);
+    group_.local_world_size = cfg_.nproc_per_node;
+    group_.base_global_rank = m.value("base_global_rank", 0);
+    group_.global_world_size = m.value("global_world_size", 1);
+    group_.base_role_rank = m.value("base_role_rank", 0);
+    group_.role_world_size = m.value("role_world_size", 1);
+    group_.master_addr = m.value("master_addr", std::string());
+    group_.master_port = m.value("master_port", 0);
+    group_.use_agent_store = true;
+    group_.run_id = cfg_.rdzv_id;
+    group_.max_restarts = cfg_.max_restarts;
+    log::info("[" + cfg_.role + "] Rendezvous complete for workers. Result:\n  restart_count=" +
+              std::to_string(m.value("restart_count", 0)) + "\n  master_addr=" + group_.master_addr +
+              "\n  master_port=" + std::to_string(group_.master_port) + "\n  group_rank=" +
+              std::to_string(group_.group_rank) + "\n  group_world_size=" + std::to_string(group_.group_world_size));
+    apply(core_.on_assignment(m.value("restart_count", 0)));
+  } else if (type == "restart") {
+    log::warning("[" + cfg_.role + "] the job re-forms (" + m.value("reason", std::string()) +
+                 "); will restart worker group");
+    stop_then(AfterStop::rejoin, 1);
+  } else if (type == "finished") {
+    bool success = m.value("success", false);
+    if (!success && m.contains("root_cause")) {
+      auto root = rendezvous::failure_from_json(m["root_cause"]);
+      if (root.ok()) job_root_cause_ = root.value();
+    }
+    if (!success) log::error("[" + cfg_.role + "] the job failed: " + m.value("message", std::string()));
+    stop_then(AfterStop::finish, success ? 0 : 1);
+  } else if (type == "reject" || type == "error") {
+    on_rendezvous_error(Status(Code::unavailable, "the rendezvous at " + rdzv_->address() + " refused this node: " +
+                                                      m.value("message", std::string())));
+  }
+}
+
+void Agent::on_rendezvous_error(const Status& st) {
+  if (finished_) return;
+  std::string msg = "muster: error: " + st.message() + "\n";
+  write_fully(STDERR_FILENO, msg.data(), msg.size());
+  stop_then(AfterStop::finish, 1);
+}
+
+void Agent::report_to_rendezvous_failure(int local_rank) {
+  rendezvous::FailureInfo f;
+  f.global_rank = group_.base_global_rank + local_rank;
+  f.local_rank = local_rank;
+  f.host = node_address_;
+  auto it = exits_.find(local_rank);
+  pid_t pid = it != exits_.end() ? it->second.pid : 0;
+  f.exitcode = it != exits_.end() ? it->second.status.torch_exitcode() : 1;
+  auto pf = make_process_failure(f.global_rank, local_rank, pid, f.exitcode, error_files_[local_rank],
+                                 static_cast<long long>(time(nullptr)), false);
+  f.message = pf.message;
+  f.timestamp = pf.timestamp;
+  rdzv_->send({{"type", "workers_failed"},
+               {"v", rendezvous::kProtocolVersion},
+               {"round", round_},
+               {"failure", rendezvous::to_json(f)}});
+}
+
+// The job-wide report: the first failing rank of the job (on whichever node)
+// as the root cause, and this node's workers that were stopped because of it.
+void Agent::report_job_failure() {
+  const auto& root = *job_root_cause_;
+  bool root_is_here = root.host == node_address_ && !core_.failures().empty();
+  if (root_is_here) {
+    for (const auto& f : core_.failures()) {
+      if (!f.stopped_by_agent) return report_failure();
+    }
+  }
+  std::vector<ProcessFailure> failures;
+  ProcessFailure r;
+  r.global_rank = root.global_rank;
+  r.local_rank = root.local_rank;
+  r.exitcode = root.exitcode;
+  r.error_file = "<N/A> (on " + root.host + ")";
+  r.message = root.message;
+  r.timestamp = root.timestamp;
+  r.host = root.host;
+  failures.push_back(r);
+  for (const auto& f : core_.failures()) {
+    auto it = exits_.find(f.local_rank);
+    pid_t pid = it != exits_.end() ? it->second.pid : 0;
+    auto p = make_process_failure(group_.base_global_rank + f.local_rank, f.local_rank, pid,
+                                  f.status.torch_exitcode(), "", static_cast<long long>(time(nullptr)), true);
+    p.host = node_address_;
+    p.message = "stopped by muster after rank " + std::to_string(root.global_rank) + " on " + root.host +
+                " failed: " + p.message;
+    failures.push_back(p);
+  }
+  std::string report = "ChildFailedError: " + format_failure_report(cfg_.entrypoint_name, failures, host_) + "\n";
+  write_fully(STDERR_FILENO, report.data(), report.size());
+}
+
+}  // namespace muster::launcher

@@ -1,0 +1,145 @@
+"""Multi-node jobs as several agents on this machine, each with its own
+--local-addr in 127.0.0.0/8: the rendezvous hosted by the agent that owns the
+endpoint or by musterd, heterogeneous nodes, a node killed mid-job, a late
+joiner, failures with and without restarts left."""
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from muster_testing import DATA, SLACK, base_env, free_port, start_muster, wait_for
+
+WORKER = str(DATA / "elastic_worker.py")
+MUSTERD = os.environ.get("MUSTERD_BIN", "")
+FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
+
+
+def agent(endpoint, job, node, nproc, nnodes, out, *worker_args, extra=(), conf=FAST):
+    return start_muster([f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+                         f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job}", f"--rdzv-conf={conf}",
+                         f"--local-addr=127.0.0.{node}", *extra, WORKER, str(out), *worker_args])
+
+
+def finish(procs, timeout=90):
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout * SLACK)
+        results.append((p.returncode, out, err))
+    return results
+
+
+def envs(out):
+    return {p.stem: json.loads(p.read_text()) for p in Path(out).glob("*.json")}
+
+
+@pytest.fixture
+def musterd():
+    assert MUSTERD, "MUSTERD_BIN is not set (run through ctest)"
+    proc = subprocess.Popen([MUSTERD, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("musterd listening on "), line
+    yield f"127.0.0.1:{line.rsplit(':', 1)[1].strip()}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_heterogeneous_nodes_with_the_rendezvous_in_the_endpoint_s_agent(tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    host = agent(endpoint, "het", 1, 1, 2, tmp_path)
+    wait_for(lambda: False, 0.2)  # the host is up first
+    other = agent(endpoint, "het", 2, 3, 2, tmp_path)
+    for rc, _, err in finish([host, other]):
+        assert rc == 0, err
+    e = envs(tmp_path)
+    assert sorted(e) == [f"n2_a0_r{r}" for r in range(4)]
+    assert e["n2_a0_r0"]["GROUP_RANK"] == "0" and e["n2_a0_r0"]["LOCAL_WORLD_SIZE"] == "1"
+    for r in (1, 2, 3):
+        w = e[f"n2_a0_r{r}"]
+        assert (w["GROUP_RANK"], w["LOCAL_RANK"], w["LOCAL_WORLD_SIZE"]) == ("1", str(r - 1), "3")
+    assert {w["WORLD_SIZE"] for w in e.values()} == {"4"}
+    assert {w["MASTER_ADDR"] for w in e.values()} == {"127.0.0.1"}
+    assert len({w["MASTER_PORT"] for w in e.values()}) == 1
+    assert {w["TORCHELASTIC_USE_AGENT_STORE"] for w in e.values()} == {"True"}
+
+
+def test_musterd_serves_two_jobs_at_once(tmp_path, musterd):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    procs = [agent(musterd, "jobA", 1, 2, 2, tmp_path / "a"), agent(musterd, "jobB", 3, 1, 2, tmp_path / "b"),
+             agent(musterd, "jobA", 2, 1, 2, tmp_path / "a"), agent(musterd, "jobB", 4, 2, 2, tmp_path / "b")]
+    for rc, _, err in finish(procs):
+        assert rc == 0, err
+    assert sorted(envs(tmp_path / "a")) == [f"n2_a0_r{r}" for r in range(3)]
+    assert sorted(envs(tmp_path / "b")) == [f"n2_a0_r{r}" for r in range(3)]
+
+
+def test_an_agent_killed_mid_job_and_the_survivors_re_form(tmp_path, musterd):
+    procs = [agent(musterd, "kill", n, 1, "2:3", tmp_path, "--until-nodes=2") for n in (1, 2, 3)]
+    assert wait_for(lambda: len(envs(tmp_path)) == 3, 60 * SLACK)
+    procs[2].send_signal(signal.SIGKILL)
+    procs[2].communicate(timeout=10)
+    for rc, _, err in finish(procs[:2]):
+        assert rc == 0, err
+        assert "the job re-forms (node 127.0.0.3" in err
+    e = envs(tmp_path)
+    assert {"n2_a0_r0", "n2_a0_r1"} <= set(e)  # a membership restart: not counted
+    assert e["n2_a0_r1"]["WORLD_SIZE"] == "2"
+
+
+def test_a_late_joiner_is_admitted_in_the_next_round(tmp_path, musterd):
+    first = agent(musterd, "late", 1, 1, "1:2", tmp_path, "--until-nodes=2")
+    assert wait_for(lambda: "n1_a0_r0" in envs(tmp_path), 60 * SLACK)
+    second = agent(musterd, "late", 2, 2, "1:2", tmp_path, "--until-nodes=2")
+    for rc, _, err in finish([first, second]):
+        assert rc == 0, err
+    e = envs(tmp_path)
+    assert {"n2_a0_r0", "n2_a0_r1", "n2_a0_r2"} <= set(e)
+    assert e["n2_a0_r2"]["WORLD_SIZE"] == "3"
+
+
+def test_a_failure_restarts_every_node_and_counts(tmp_path, musterd):
+    procs = [agent(musterd, "restart", n, 2, 2, tmp_path, "--fail-rank=3", extra=["--max-restarts=1"]) for n in (1, 2)]
+    for rc, _, err in finish(procs):
+        assert rc == 0, err
+    e = envs(tmp_path)
+    assert {f"n2_a1_r{r}" for r in range(4)} <= set(e)
+    assert {e[f"n2_a1_r{r}"]["TORCHELASTIC_RESTART_COUNT"] for r in range(4)} == {"1"}
+
+
+def test_a_failure_with_no_restarts_left_ends_every_agent_with_the_job_wide_report(tmp_path, musterd):
+    procs = [agent(musterd, "fail", n, 2, 2, tmp_path, "--fail-rank=3") for n in (1, 2)]
+    (rc1, _, err1), (rc2, _, err2) = finish(procs)
+    assert rc1 == 1 and rc2 == 1
+    # The failing node reports its own worker; the other names it as the root cause
+    # and lists its own ranks as stopped because of it.
+    root2 = err2.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 3 (local_rank: 1)" in root2 and "exitcode  : 3" in root2
+    root1 = err1.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 3 (local_rank: 1)" in root1
+    assert "host      : 127.0.0.2" in root1
+    others1 = err1.split("Failures:")[1].split("Root Cause")[0]
+    assert "stopped by muster after rank 3 on 127.0.0.2 failed" in others1
+    assert "rank      : 0 (local_rank: 0)" in others1
+
+
+def test_a_late_joiner_to_a_finished_job_gets_a_clear_error(tmp_path, musterd):
+    procs = [agent(musterd, "done", n, 1, 2, tmp_path) for n in (1, 2)]
+    for rc, _, err in finish(procs):
+        assert rc == 0, err
+    late = agent(musterd, "done", 3, 1, 2, tmp_path)
+    rc, _, err = finish([late])[0]
+    assert rc == 1
+    assert "the job has finished; start a new one with a new --rdzv-id" in err
+
+
+def test_an_unreachable_rendezvous_is_named_in_the_error(tmp_path):
+    port = free_port()
+    p = agent(f"127.0.0.9:{port}", "none", 1, 1, 2, tmp_path, conf="join_timeout=0.5,is_host=false")
+    rc, _, err = finish([p])[0]
+    assert rc == 1
+    assert f"cannot reach the rendezvous at 127.0.0.9:{port}" in err
