@@ -4,11 +4,12 @@ bit-identical weights. torch 2.13 runs under its own torchrun; Debian's torch
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, DEBIAN_PYTHON, base_env, debian_torch_available, free_port, run_muster,
+from muster_testing import (DATA, DEBIAN_PYTHON, MUSTER, base_env, debian_torch_available, free_port, run_muster,
                             torchrun_path)
 
 SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "pytorch" / "ddp_train.py")
@@ -57,3 +58,24 @@ def test_a_restarted_group_forms_again_through_the_agent_store(tmp_path):
     clean = run_muster(["--nproc-per-node=2", SCRIPT, str(tmp_path / "clean")], timeout=600)
     assert clean.returncode == 0, clean.stderr
     assert weights(tmp_path / "restarted") == weights(tmp_path / "clean")
+
+
+def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
+    def two_agents(launcher, out, local_addr_flag):
+        port = free_port()
+        common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                  "--rdzv-id=ddp2x2", "--rdzv-conf=last_call_timeout=1"]
+        procs = []
+        for node in (1, 2):
+            procs.append(subprocess.Popen([*launcher, *common, f"{local_addr_flag}=127.0.0.{node}", SCRIPT, str(out)],
+                                          env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            time.sleep(0.5)  # the endpoint's host first
+        results = [p.communicate(timeout=600) for p in procs]
+        for p, (_, err) in zip(procs, results):
+            assert p.returncode == 0, err
+        return weights(out)
+
+    m = two_agents([MUSTER], tmp_path / "muster", "--local-addr")
+    t = two_agents([torchrun_path()], tmp_path / "torchrun", "--local-addr")
+    assert m[0] == t[0] == 4
+    assert m[1] == t[1]
