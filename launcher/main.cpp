@@ -1,6 +1,7 @@
 // muster: the per-node agent, a drop-in for torchrun.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -108,6 +109,11 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   muster::log::init_from_env("muster");
+  // One descriptor per agent or store client: take the whole hard limit.
+  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
   Environment env = read_environment();
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::string prog = "muster";

@@ -2,6 +2,7 @@
 // agents reach it with --rdzv-backend=c10d --rdzv-endpoint=<host>:<port>.
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -46,6 +47,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   muster::log::init_from_env("musterd");
+  // One descriptor per agent or store client: take the whole hard limit.
+  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
   auto ep = muster::parse_endpoint(listen, 29400);
   if (!ep.ok()) {
     std::cerr << "musterd: error: --listen: " << ep.status().message() << "\n";

@@ -52,15 +52,14 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     return out;
   }
   // An agent that reconnects under the same name replaces its old self.
-  for (auto it = members_.begin(); it != members_.end(); ++it) {
-    if (it->first != member && it->second.request.node_name == request.node_name) {
-      auto more = drop(it->first, now, "reconnected as a new member");
-      out.insert(out.end(), more.begin(), more.end());
-      break;
-    }
+  if (auto named = by_name_.find(request.node_name); named != by_name_.end() && named->second != member) {
+    auto more = drop(named->second, now, "reconnected as a new member");
+    out.insert(out.end(), more.begin(), more.end());
   }
   if (state_ == State::closed) return out;
   auto& m = members_[member];
+  if (!m.request.node_name.empty() && m.request.node_name != request.node_name) by_name_.erase(m.request.node_name);
+  by_name_[request.node_name] = member;
   m.request = request;
   m.last_seen = now;
   m.join_deadline = now + settings_.join_timeout;
@@ -149,6 +148,7 @@ void Rendezvous::close_failed(std::vector<Output>& out, const FailureInfo& root,
                     std::to_string(root.global_rank) + ", exit code " + std::to_string(root.exitcode) + ")";
   for (const auto& [id, m] : members_) out.push_back(out::Finished{id, false, root, msg});
   members_.clear();
+  by_name_.clear();
   participants_.clear();
   waiting_.clear();
   ranked_.clear();
@@ -192,6 +192,7 @@ std::vector<Output> Rendezvous::workers_succeeded(MemberId member, int round, Ti
     else out.push_back(out::Reject{id, Code::closed, "the job finished before this node could join"});
   }
   members_.clear();
+  by_name_.clear();
   participants_.clear();
   waiting_.clear();
   return out;
@@ -204,6 +205,7 @@ std::vector<Output> Rendezvous::drop(MemberId member, TimePoint now, const std::
   auto it = members_.find(member);
   if (it == members_.end()) return out;
   std::string name = it->second.request.node_name;
+  by_name_.erase(name);
   members_.erase(it);
   waiting_.erase(member);
   participants_.erase(member);
@@ -261,6 +263,7 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
                       "): " + missing_text();
     for (MemberId id : expired) {
       out.push_back(out::Reject{id, Code::timeout, why});
+      by_name_.erase(members_.at(id).request.node_name);
       members_.erase(id);
       waiting_.erase(id);
       participants_.erase(id);
@@ -268,6 +271,10 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
     if (state_ == State::forming && participants_.size() < min) last_call_.reset();
   }
   return out;
+}
+
+Duration Rendezvous::shortest_timeout() const {
+  return std::min({settings_.dead_after(), settings_.last_call_timeout, settings_.join_timeout});
 }
 
 std::optional<TimePoint> Rendezvous::next_deadline() const {

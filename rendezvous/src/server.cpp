@@ -21,6 +21,8 @@ struct RendezvousServer::Job {
   Settings settings;
   Rendezvous rdzv;
   asio::steady_timer timer;
+  bool armed = false;
+  TimePoint armed_at{};
 };
 
 class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
@@ -239,17 +241,38 @@ void RendezvousServer::deliver(Job& job, const std::vector<Output>& outputs) {
   }
 }
 
-void RendezvousServer::rearm(Job& job) {
+// Re-arms the job's timer, cheaply: an event cannot make anything due before
+// now + shortest_timeout(), so a timer already set earlier stays (the full,
+// O(members) look-up runs only when the timer fires). This keeps a join flood
+// of N agents at O(N) work.
+void RendezvousServer::rearm(Job& job, bool full) {
+  auto now = Clock::now();
+  auto earliest = now + job.rdzv.shortest_timeout();
+  if (!full && job.armed) {
+    if (job.armed_at <= earliest) return;
+    // Firing early is harmless: the tick finds nothing due and re-arms in full.
+    arm(job, earliest);
+    return;
+  }
   auto next = job.rdzv.next_deadline();
   job.timer.cancel();
+  job.armed = false;
   if (!next) return;
-  job.timer.expires_at(*next);
+  arm(job, *next);
+}
+
+void RendezvousServer::arm(Job& job, TimePoint at) {
+  job.timer.cancel();
+  job.armed = true;
+  job.armed_at = at;
+  job.timer.expires_at(at);
   Job* j = &job;
   auto alive = alive_;
   job.timer.async_wait([this, j, alive](const boost::system::error_code& ec) {
     if (ec || !*alive) return;
+    j->armed = false;
     deliver(*j, j->rdzv.tick(Clock::now()));
-    rearm(*j);
+    rearm(*j, true);
   });
 }
 

@@ -122,8 +122,11 @@ class Rendezvous {
   std::vector<Output> leave(MemberId member, TimePoint now);
   // Fires what is due at `now`: last call, join timeouts, dead members.
   std::vector<Output> tick(TimePoint now);
-  // When tick() next has something to do.
+  // When tick() next has something to do (O(members)).
   std::optional<TimePoint> next_deadline() const;
+  // No event at `now` can make anything due before now + shortest_timeout():
+  // a driver can skip re-arming its timer when one is set earlier.
+  Duration shortest_timeout() const;
 
   State state() const { return state_; }
   int round() const { return round_; }
@@ -155,6 +158,7 @@ class Rendezvous {
   int restart_count_ = 0;
   bool succeeded_ = false;
   std::map<MemberId, Member> members_;     // everyone connected to the job
+  std::map<std::string, MemberId> by_name_;
   std::set<MemberId> participants_;        // joined the current round
   std::set<MemberId> waiting_;             // joined while the round runs
   std::vector<MemberId> ranked_;           // the current round's members by node rank

@@ -36,7 +36,8 @@ class RendezvousServer {
   void accept();
   void handle(Session& s, const std::string& payload);
   void deliver(Job& job, const std::vector<Output>& outputs);
-  void rearm(Job& job);
+  void rearm(Job& job, bool full = false);
+  void arm(Job& job, TimePoint at);
   void gone(Session& s);
 
   boost::asio::io_context& io_;
