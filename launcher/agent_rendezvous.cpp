@@ -112,7 +112,7 @@ int Agent::run_coordinated() {
   io_.poll();  // a signal during start-up ends the run before anything starts
   if (finished_) return exit_code_;
   rdzv_->connect(rdzv_settings_.join_timeout, [this] {
-    rdzv_->start_heartbeats(rdzv_settings_.keep_alive_interval);
+    rdzv_->start_heartbeats(rdzv_settings_.keep_alive_interval, rdzv_settings_.dead_after() * 2);
     send_join();
   });
   io_.run();

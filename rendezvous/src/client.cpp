@@ -2,6 +2,9 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 namespace muster::rendezvous {
 
@@ -123,13 +126,24 @@ void RendezvousClient::read_more() {
   });
 }
 
-void RendezvousClient::start_heartbeats(Duration interval) {
+void RendezvousClient::start_heartbeats(Duration interval, Duration give_up_after) {
+  // Heartbeats nobody acknowledges (the link is cut, the server's host
+  // vanished) make the kernel fail the connection after give_up_after, so an
+  // agent cut off from its job learns it instead of waiting forever.
+  if (socket_.is_open() && give_up_after.count() > 0) {
+    unsigned int ms = static_cast<unsigned int>(give_up_after.count());
+    ::setsockopt(socket_.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+  }
+  heartbeat_loop(interval);
+}
+
+void RendezvousClient::heartbeat_loop(Duration interval) {
   auto self = shared_from_this();
   heartbeat_timer_.expires_after(interval);
   heartbeat_timer_.async_wait([self, interval](const boost::system::error_code& ec) {
     if (ec || self->closed_) return;
     self->send({{"type", "heartbeat"}, {"v", kProtocolVersion}});
-    self->start_heartbeats(interval);
+    self->heartbeat_loop(interval);
   });
 }
 

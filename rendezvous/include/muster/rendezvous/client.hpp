@@ -27,7 +27,7 @@ class RendezvousClient : public std::enable_shared_from_this<RendezvousClient> {
   // Calls on_connected once connected; on_error when the deadline passes.
   void connect(Duration deadline, std::function<void()> on_connected);
   void send(const nlohmann::json& message);
-  void start_heartbeats(Duration interval);
+  void start_heartbeats(Duration interval, Duration give_up_after = Duration(0));
   void close();
   std::string address() const;
 
@@ -35,6 +35,7 @@ class RendezvousClient : public std::enable_shared_from_this<RendezvousClient> {
   void attempt();
   void read_more();
   void write_more();
+  void heartbeat_loop(Duration interval);
 
   boost::asio::io_context& io_;
   std::string host_;

@@ -1,0 +1,71 @@
+"""Three hosts in network namespaces joined by a bridge (in a fourth, the
+switch); one host's link is cut mid-job. The other two notice it after
+keep_alive_interval x keep_alive_max_attempt, re-form and finish; the cut-off
+agent finds out its connection is dead and exits 1. Needs root and iproute2."""
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from muster_testing import DATA, MUSTER, PYTHON, SLACK, base_env, wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                                reason="network namespaces need root and iproute2 (ip)")
+
+WORKER = str(DATA / "elastic_worker.py")
+SUBNET = "192.0.2"  # TEST-NET-1: documentation addresses, only ever inside these namespaces
+
+
+def ip(*args, ns=None):
+    cmd = ["ip", *(["netns", "exec", ns, "ip"] if ns else []), *args]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+
+
+@pytest.fixture
+def hosts():
+    tag = f"m{os.getpid() % 100000}"
+    sw = f"{tag}sw"
+    names = [f"{tag}h{i}" for i in (1, 2, 3)]
+    try:
+        ip("netns", "add", sw)
+        ip("link", "add", "br0", "type", "bridge", ns=sw)
+        ip("link", "set", "br0", "up", ns=sw)
+        for i, h in enumerate(names, start=1):
+            ip("netns", "add", h)
+            ip("link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", h, ns=sw)
+            ip("link", "set", f"v{i}", "master", "br0", ns=sw)
+            ip("link", "set", f"v{i}", "up", ns=sw)
+            ip("addr", "add", f"{SUBNET}.{i}/24", "dev", "eth0", ns=h)
+            ip("link", "set", "eth0", "up", ns=h)
+            ip("link", "set", "lo", "up", ns=h)
+        yield sw, names
+    finally:
+        for n in names + [sw]:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=20)
+
+
+def test_a_host_whose_link_is_cut_is_dropped_and_the_others_re_form(hosts, tmp_path):
+    sw, names = hosts
+    conf = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
+    procs = []
+    for i, h in enumerate(names, start=1):
+        cmd = ["ip", "netns", "exec", h, MUSTER, "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint={SUBNET}.1:29400", "--rdzv-id=netns", f"--rdzv-conf={conf}",
+               f"--local-addr={SUBNET}.{i}", WORKER, str(tmp_path), "--until-nodes=2"]
+        procs.append(subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        time.sleep(0.3)
+    envs = lambda: list(Path(tmp_path).glob("n3_*.json"))  # noqa: E731
+    assert wait_for(lambda: len(envs()) == 3, 60 * SLACK), [p.poll() for p in procs]
+    ip("link", "set", "v3", "down", ns=sw)  # host 3 drops off the network
+    for p in procs[:2]:
+        _, err = p.communicate(timeout=60 * SLACK)
+        assert p.returncode == 0, err
+        assert f"node {SUBNET}.3" in err and "stopped answering" in err
+    assert {f"n2_a0_r{r}" for r in range(2)} <= {p.stem for p in Path(tmp_path).glob("*.json")}
+    # The cut-off agent learns its connection is dead (TCP_USER_TIMEOUT) and gives up.
+    _, err = procs[2].communicate(timeout=60 * SLACK)
+    assert procs[2].returncode == 1
+    assert f"lost the rendezvous at {SUBNET}.1:29400" in err
