@@ -38,15 +38,12 @@ bool is_loopback_name(const std::string& host) {
 }  // namespace
 
 Status Agent::setup_rendezvous() {
-  if (cfg_.rdzv_backend != "c10d") {
-    return invalid_argument("--rdzv-backend=" + cfg_.rdzv_backend + " with --nnodes=" +
-                            std::to_string(cfg_.min_nodes) + ":" + std::to_string(cfg_.max_nodes) +
-                            " is not supported yet; use --rdzv-backend=c10d with --rdzv-endpoint");
-  }
-  auto ep = parse_endpoint(cfg_.rdzv_endpoint, 29400);
+  const bool is_static = cfg_.rdzv_backend == "static";
+  auto ep = parse_endpoint(cfg_.rdzv_endpoint, is_static ? -1 : 29400);
   if (!ep.ok()) return ep.status();
   const auto& conf = cfg_.rdzv_conf;
-  auto join = conf_seconds(conf, "join_timeout", 600);
+  // The static backend waits `timeout` (900 s from torchrun) for every node.
+  auto join = is_static ? conf_seconds(conf, "timeout", 900) : conf_seconds(conf, "join_timeout", 600);
   auto last = conf_seconds(conf, "last_call_timeout", 30);
   auto close = conf_seconds(conf, "close_timeout", 30);
   auto keep = conf_seconds(conf, "keep_alive_interval", 5);
@@ -70,10 +67,39 @@ Status Agent::setup_rendezvous() {
   node_address_ = cfg_.local_addr ? *cfg_.local_addr : host_;
   node_name_ = node_address_ + "_" + std::to_string(getpid());
 
+  if (is_static) {
+    // Not elastic: every node of --nnodes's maximum, each with its --node-rank.
+    // Node rank 0 serves the workers' store and the rendezvous on --master-port.
+    if (ep->port < 0) {
+      return invalid_argument("port is missing in endpoint: " + cfg_.rdzv_endpoint + ". Try to specify --master-port");
+    }
+    if (cfg_.node_rank < 0 || cfg_.node_rank >= cfg_.max_nodes) {
+      return invalid_argument("--node-rank=" + std::to_string(cfg_.node_rank) + " is outside [0, " +
+                              std::to_string(cfg_.max_nodes) + ") for --nnodes=" + std::to_string(cfg_.max_nodes));
+    }
+    rdzv_settings_.static_ranks = true;
+    rdzv_settings_.min_nodes = rdzv_settings_.max_nodes = cfg_.max_nodes;
+    auto store = store::StoreServer::listen(io_, "", cfg_.node_rank == 0 ? ep->port : 0);
+    if (!store.ok()) {
+      return Status(Code::unavailable, "node rank 0 cannot serve --master-port " + std::to_string(ep->port) + ": " +
+                                           store.status().message());
+    }
+    store_ = std::move(store.value());
+    if (cfg_.node_rank == 0) {
+      rdzv_server_ = rendezvous::RendezvousServer::create(io_);
+      store_->divert_rendezvous([this](boost::asio::ip::tcp::socket sock, std::string bytes) {
+        rdzv_server_->adopt(std::move(sock), std::move(bytes));
+      });
+      is_host_ = true;
+    }
+  }
+
   // The workers' store this node serves if it becomes node rank 0.
-  auto store = store::StoreServer::listen(io_, "", 0);
-  if (!store.ok()) return store.status();
-  store_ = std::move(store.value());
+  if (!store_) {
+    auto store = store::StoreServer::listen(io_, "", 0);
+    if (!store.ok()) return store.status();
+    store_ = std::move(store.value());
+  }
 
   // Host the rendezvous when the endpoint is ours, as torchrun's c10d backend
   // does; a second agent on the same machine finds the port taken and joins.
@@ -81,7 +107,7 @@ Status Agent::setup_rendezvous() {
   auto forced = rdzv_conf_bool(conf, "is_host", ours);
   if (!forced.ok()) return forced.status();
   bool explicit_host = conf.count("is_host") > 0;
-  if (forced.value()) {
+  if (!is_static && forced.value()) {
     std::string bind = ep->host == "localhost" ? "127.0.0.1" : (is_loopback_name(ep->host) ? ep->host : "");
     auto server = rendezvous::RendezvousServer::listen(io_, bind, ep->port);
     if (server.ok()) {
@@ -128,6 +154,7 @@ void Agent::send_join() {
   m.request.role = cfg_.role;
   m.request.store_port = store_->port();
   m.request.is_host = is_host_;
+  if (rdzv_settings_.static_ranks) m.request.node_rank = cfg_.node_rank;
   m.settings = rdzv_settings_;
   rdzv_->send(rendezvous::to_json(m));
   log::info("[" + cfg_.role + "] joining the rendezvous of job '" + cfg_.rdzv_id + "' at " + rdzv_->address());

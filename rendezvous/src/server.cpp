@@ -34,7 +34,10 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
     peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
   }
 
-  void start() { asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached); }
+  void start(std::string already_read = {}) {
+    reader_.feed(already_read);
+    asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached);
+  }
 
   void send(const json& message) {
     if (closed_) return;
@@ -78,10 +81,14 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   static asio::awaitable<void> read_loop(std::shared_ptr<Session> self) {
     std::array<char, 16384> buf{};
     try {
+      bool first = true;
       while (!self->closed_ && !self->close_after_write_) {
-        std::size_t n = co_await self->socket_.async_read_some(asio::buffer(buf), asio::use_awaitable);
-        if (!*self->alive_) co_return;
-        self->reader_.feed(std::string_view(buf.data(), n));
+        if (!first) {
+          std::size_t n = co_await self->socket_.async_read_some(asio::buffer(buf), asio::use_awaitable);
+          if (!*self->alive_) co_return;
+          self->reader_.feed(std::string_view(buf.data(), n));
+        }
+        first = false;
         while (!self->closed_ && !self->close_after_write_) {
           auto frame = self->reader_.next();
           if (!frame.ok()) {
@@ -116,6 +123,20 @@ RendezvousServer::RendezvousServer(asio::io_context& io)
     : io_(io), acceptor_(io), retry_timer_(io), alive_(std::make_shared<bool>(true)) {}
 
 RendezvousServer::~RendezvousServer() { close(); }
+
+std::unique_ptr<RendezvousServer> RendezvousServer::create(asio::io_context& io) {
+  return std::unique_ptr<RendezvousServer>(new RendezvousServer(io));
+}
+
+void RendezvousServer::adopt(tcp::socket socket, std::string already_read) {
+  if (!*alive_) return;
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  MemberId id = next_member_++;
+  auto session = std::make_shared<Session>(*this, id, std::move(socket));
+  sessions_[id] = session;
+  session->start(std::move(already_read));
+}
 
 Result<std::unique_ptr<RendezvousServer>> RendezvousServer::listen(asio::io_context& io, const std::string& host,
                                                                    int port) {

@@ -61,6 +61,10 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       dialect_ = Dialect::v1_13;
     } else {
       if (in_.size() < 5) return false;
+      if (server_.diverter_ && static_cast<uint8_t>(in_[1]) <= 0x10 && in_[4] == '{') {
+        diverted_ = true;
+        return false;
+      }
       uint32_t magic = 0;
       std::memcpy(&magic, in_.data() + 1, 4);
       dialect_ = magic == kValidateMagic ? Dialect::v2 : Dialect::v1_13;
@@ -87,7 +91,12 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
 
   // Handles every complete request in the buffer; false closes the connection.
   bool process() {
-    if (!detect()) return true;
+    if (!detect()) {
+      if (!diverted_) return true;
+      closed_ = true;  // the socket now belongs to the rendezvous
+      server_.diverter_(std::move(socket_), std::move(in_));
+      return false;
+    }
     std::size_t offset = 0;
     std::vector<Reply> replies;
     bool ok = true;
@@ -125,6 +134,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool closed_ = false;
   bool dialect_known_ = false;
+  bool diverted_ = false;
   Dialect dialect_ = Dialect::v2;
 };
 

@@ -79,3 +79,13 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
     t = two_agents([torchrun_path()], tmp_path / "torchrun", "--local-addr")
     assert m[0] == t[0] == 4
     assert m[1] == t[1]
+    # The static backend: node rank 0 serves the workers' store on --master-port.
+    port = free_port()
+    procs = [subprocess.Popen([MUSTER, "--nnodes=2", f"--node-rank={r}", "--nproc-per-node=2",
+                               "--master-addr=127.0.0.1", f"--master-port={port}", SCRIPT, str(tmp_path / "static")],
+                              env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    assert weights(tmp_path / "static") == t

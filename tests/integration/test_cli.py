@@ -34,11 +34,11 @@ def test_pet_defaults_apply_and_the_command_line_wins():
     assert r.stdout.split() == ["1"]
 
 
-def test_static_multi_node_is_refused_clearly():
-    r = run_muster(["--nnodes=2", "--node-rank=1", "--master-addr=127.0.0.1", "--master-port=29999",
+def test_a_static_node_rank_outside_the_job_is_refused():
+    r = run_muster(["--nnodes=2", "--node-rank=2", "--master-addr=127.0.0.1", "--master-port=29999",
                     "--no-python", "true"])
     assert r.returncode == 1
-    assert "muster: error: --rdzv-backend=static with --nnodes=2:2 is not supported yet" in r.stderr
+    assert "muster: error: --node-rank=2 is outside [0, 2) for --nnodes=2" in r.stderr
 
 
 def test_unknown_signal_names_are_warned_about_not_fatal():

@@ -143,3 +143,22 @@ def test_an_unreachable_rendezvous_is_named_in_the_error(tmp_path):
     rc, _, err = finish([p])[0]
     assert rc == 1
     assert f"cannot reach the rendezvous at 127.0.0.9:{port}" in err
+
+
+def test_the_static_backend_uses_node_ranks_and_master_port(tmp_path):
+    port = free_port()
+    procs = []
+    for rank, nproc in ((1, 3), (0, 1)):  # node rank 1 first: it waits for node rank 0
+        procs.append(start_muster(["--nnodes=2", f"--node-rank={rank}", "--master-addr=127.0.0.1",
+                                   f"--master-port={port}", f"--nproc-per-node={nproc}",
+                                   f"--local-addr=127.0.0.{rank + 1}", WORKER, str(tmp_path)]))
+        wait_for(lambda: False, 0.3)
+    for rc, _, err in finish(procs):
+        assert rc == 0, err
+    e = envs(tmp_path)
+    assert sorted(e) == [f"n2_a0_r{r}" for r in range(4)]
+    assert e["n2_a0_r0"]["GROUP_RANK"] == "0" and e["n2_a0_r0"]["LOCAL_WORLD_SIZE"] == "1"
+    assert all(e[f"n2_a0_r{r}"]["GROUP_RANK"] == "1" for r in (1, 2, 3))
+    assert {w["MASTER_PORT"] for w in e.values()} == {str(port)}  # as torchrun: the store on --master-port
+    assert {w["MASTER_ADDR"] for w in e.values()} == {"127.0.0.1"}
+    assert {w["TORCHELASTIC_RUN_ID"] for w in e.values()} == {"none"}

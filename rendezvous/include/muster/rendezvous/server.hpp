@@ -21,6 +21,10 @@ class RendezvousServer {
  public:
   static Result<std::unique_ptr<RendezvousServer>> listen(boost::asio::io_context& io, const std::string& host,
                                                           int port);
+  // A server without a listener of its own: it serves connections handed to
+  // it with adopt() (the static backend, sharing the store's port).
+  static std::unique_ptr<RendezvousServer> create(boost::asio::io_context& io);
+  void adopt(boost::asio::ip::tcp::socket socket, std::string already_read);
   ~RendezvousServer();
   RendezvousServer(const RendezvousServer&) = delete;
   RendezvousServer& operator=(const RendezvousServer&) = delete;

@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -25,6 +26,12 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const { return port_; }
+  // Connections that open with a rendezvous frame (a 4-byte big-endian length
+  // of at most 1 MiB, then '{') go to `to`, with the bytes already read: one
+  // port then serves the workers' store and the agents' rendezvous, as the
+  // static backend's --master-port does. No TCPStore client opens that way.
+  using Diverter = std::function<void(boost::asio::ip::tcp::socket, std::string)>;
+  void divert_rendezvous(Diverter to) { diverter_ = std::move(to); }
   // Forgets every key and closes every connection (a new attempt of the job).
   void reset();
   void close();
@@ -46,6 +53,7 @@ class StoreServer {
   ConnId next_id_ = 1;
   std::unordered_map<ConnId, std::shared_ptr<Session>> sessions_;
   std::shared_ptr<bool> alive_;
+  Diverter diverter_;
 };
 
 }  // namespace muster::store
