@@ -2,9 +2,13 @@
 // in-process when the endpoint is one of its own addresses), starts its
 // workers on each assignment, reports how they ended, and follows the
 // rendezvous's restart and finish orders.
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "agent.hpp"
 #include "muster/common/endpoint.hpp"
@@ -33,6 +37,34 @@ Result<rendezvous::Duration> conf_seconds(const RdzvConf& conf, const std::strin
 
 bool is_loopback_name(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// Whether host resolves to an address of one of this machine's interfaces.
+bool is_own_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  ifaddrs* ifs = nullptr;
+  bool found = false;
+  if (getifaddrs(&ifs) == 0) {
+    for (addrinfo* ai = res; ai && !found; ai = ai->ai_next) {
+      for (ifaddrs* i = ifs; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != ai->ai_family) continue;
+        if (ai->ai_family == AF_INET) {
+          found = reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr.s_addr ==
+                  reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+        } else if (ai->ai_family == AF_INET6) {
+          found = std::memcmp(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr,
+                              &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, sizeof(in6_addr)) == 0;
+        }
+      }
+    }
+    freeifaddrs(ifs);
+  }
+  freeaddrinfo(res);
+  return found;
 }
 
 }  // namespace
@@ -103,7 +135,8 @@ Status Agent::setup_rendezvous() {
 
   // Host the rendezvous when the endpoint is ours, as torchrun's c10d backend
   // does; a second agent on the same machine finds the port taken and joins.
-  bool ours = is_loopback_name(ep->host) || ep->host == host_ || (cfg_.local_addr && ep->host == *cfg_.local_addr);
+  bool ours = is_loopback_name(ep->host) || ep->host == host_ ||
+              (cfg_.local_addr && ep->host == *cfg_.local_addr) || is_own_address(ep->host);
   auto forced = rdzv_conf_bool(conf, "is_host", ours);
   if (!forced.ok()) return forced.status();
   bool explicit_host = conf.count("is_host") > 0;
