@@ -7,16 +7,6 @@
 
 namespace muster::launcher {
 
-void write_fully(int fd, const char* data, std::size_t len) {
-  while (len > 0) {
-    ssize_t w = ::write(fd, data, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    data += w;
-    len -= static_cast<std::size_t>(w);
-  }
-}
-
 OutputPump::OutputPump(boost::asio::io_context& io, int pipe_read_fd, PumpTargets targets)
     : pipe_(io, pipe_read_fd), targets_(std::move(targets)) {
   pipe_.non_blocking(true);

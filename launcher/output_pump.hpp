@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "line_splitter.hpp"
+#include "muster/common/fd_io.hpp"
 
 namespace muster::launcher {
 
@@ -52,7 +53,6 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   std::function<void()> on_eof_;
 };
 
-// write() until done or an error; EINTR-safe.
-void write_fully(int fd, const char* data, std::size_t len);
+using muster::write_fully;
 
 }  // namespace muster::launcher

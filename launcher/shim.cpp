@@ -1,5 +1,7 @@
 #include "shim.hpp"
 
+#include "muster/common/fd_io.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -25,16 +27,6 @@ namespace muster::launcher {
 namespace {
 
 constexpr int kControlFd = 3;
-
-void write_all(int fd, const char* data, std::size_t len) {
-  while (len > 0) {
-    ssize_t w = ::write(fd, data, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    data += w;
-    len -= static_cast<std::size_t>(w);
-  }
-}
 
 std::vector<pid_t> list_children() {
   std::vector<pid_t> out;
@@ -153,7 +145,7 @@ void close_inherited_fds(int from) {
   execve(spec.path.c_str(), argv.data(), envp.data());
   int err = errno;
   std::string msg = "muster: cannot execute '" + spec.path + "': " + std::strerror(err) + "\n";
-  write_all(STDERR_FILENO, msg.data(), msg.size());
+  write_fully(STDERR_FILENO, msg.data(), msg.size());
   _exit(err == ENOENT ? 127 : 126);
 }
 
@@ -188,13 +180,13 @@ void run_shim(const ShimSpec& spec) {
   pid_t worker = fork();
   if (worker < 0) {
     std::string msg = std::string("muster: cannot start a worker process: ") + std::strerror(errno) + "\n";
-    write_all(STDERR_FILENO, msg.data(), msg.size());
+    write_fully(STDERR_FILENO, msg.data(), msg.size());
     _exit(1);
   }
   if (worker == 0) exec_worker(spec, sfd, shim_pid);
 
   int32_t pid32 = worker;
-  write_all(kControlFd, reinterpret_cast<const char*>(&pid32), sizeof pid32);
+  write_fully(kControlFd, reinterpret_cast<const char*>(&pid32), sizeof pid32);
 
   int status = 0;
   bool agent_gone = false;

@@ -103,3 +103,21 @@ def free_port():
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
+
+
+MUSTERD = os.environ.get("MUSTERD_BIN", "")
+
+
+def start_musterd():
+    """Starts musterd on a free loopback port; returns (process, port)."""
+    assert MUSTERD, "MUSTERD_BIN is not set (run through ctest)"
+    proc = subprocess.Popen([MUSTERD, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("musterd listening on "), line
+    return proc, int(line.rsplit(":", 1)[1])
+
+
+def stop_musterd(proc):
+    proc.terminate()
+    proc.wait(timeout=10)

@@ -1,5 +1,7 @@
 #include "muster/common/log.hpp"
 
+#include "muster/common/fd_io.hpp"
+
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -73,12 +75,7 @@ void write(Level level, std::string_view message) {
     start = end + 1;
   }
   // One write per message so concurrent writers never split it.
-  std::size_t done = 0;
-  while (done < out.size()) {
-    ssize_t w = ::write(STDERR_FILENO, out.data() + done, out.size() - done);
-    if (w <= 0) break;
-    done += static_cast<std::size_t>(w);
-  }
+  write_fully(STDERR_FILENO, out.data(), out.size());
 }
 
 }  // namespace muster::log

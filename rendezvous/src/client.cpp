@@ -1,5 +1,7 @@
 #include "muster/rendezvous/client.hpp"
 
+#include "muster/rendezvous/tcp_util.hpp"
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 #include <netinet/in.h>
@@ -64,7 +66,7 @@ void RendezvousClient::attempt() {
       self->socket_.set_option(tcp::no_delay(true), ignored);
       self->connected_ = true;
       self->read_more();
-      if (!self->pending_.empty() && !self->writing_) self->write_more();
+      self->flush();
       if (self->on_connected_) self->on_connected_();
     });
   });
@@ -72,23 +74,16 @@ void RendezvousClient::attempt() {
 
 void RendezvousClient::send(const nlohmann::json& message) {
   if (closed_) return;
-  pending_ += encode_frame(message);
-  if (connected_ && !writing_) write_more();
+  out_.push(encode_frame(message));
+  if (connected_) flush();
 }
 
-void RendezvousClient::write_more() {
-  writing_ = true;
-  sending_.swap(pending_);
-  pending_.clear();
+void RendezvousClient::flush() {
   auto self = shared_from_this();
-  asio::async_write(socket_, asio::buffer(sending_), [self](const boost::system::error_code& ec, std::size_t) {
-    self->writing_ = false;
-    if (self->closed_) return;
-    if (ec) {
+  out_.flush(socket_, self, [self](const boost::system::error_code& ec) {
+    if (ec && !self->closed_) {
       self->on_error_(Status(Code::unavailable, "lost the rendezvous at " + self->address() + ": " + ec.message()));
-      return;
     }
-    if (!self->pending_.empty()) self->write_more();
   });
 }
 

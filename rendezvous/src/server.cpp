@@ -2,12 +2,12 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
 #include "muster/common/log.hpp"
 #include "muster/rendezvous/protocol.hpp"
+#include "muster/rendezvous/tcp_util.hpp"
 
 namespace muster::rendezvous {
 
@@ -41,8 +41,11 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
 
   void send(const json& message) {
     if (closed_) return;
-    pending_ += encode_frame(message);
-    if (!writing_) write_more();
+    out_.push(encode_frame(message));
+    auto self = shared_from_this();
+    out_.flush(socket_, self, [self](const boost::system::error_code& ec) {
+      if (ec || self->close_after_write_) self->close();
+    });
   }
 
   // Sends the error and closes once it is written.
@@ -50,7 +53,7 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
     log::warning("rendezvous: closing the connection from " + peer_ + ": " + message);
     send(error_message(code, message));
     close_after_write_ = true;
-    if (!writing_) close();
+    if (!out_.writing()) close();
   }
 
   void close() {
@@ -65,19 +68,6 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   Job* job = nullptr;
 
  private:
-  void write_more() {
-    writing_ = true;
-    sending_.swap(pending_);
-    pending_.clear();
-    auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(sending_), [self](const boost::system::error_code& ec, std::size_t) {
-      self->writing_ = false;
-      if (ec) return self->close();
-      if (!self->pending_.empty()) return self->write_more();
-      if (self->close_after_write_) self->close();
-    });
-  }
-
   static asio::awaitable<void> read_loop(std::shared_ptr<Session> self) {
     std::array<char, 16384> buf{};
     try {
@@ -112,9 +102,7 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<bool> alive_;
   std::string peer_;
   FrameReader reader_;
-  std::string pending_;
-  std::string sending_;
-  bool writing_ = false;
+  net::WriteQueue out_;
   bool closed_ = false;
   bool close_after_write_ = false;
 };
@@ -130,8 +118,6 @@ std::unique_ptr<RendezvousServer> RendezvousServer::create(asio::io_context& io)
 
 void RendezvousServer::adopt(tcp::socket socket, std::string already_read) {
   if (!*alive_) return;
-  boost::system::error_code ignored;
-  socket.set_option(tcp::no_delay(true), ignored);
   MemberId id = next_member_++;
   auto session = std::make_shared<Session>(*this, id, std::move(socket));
   sessions_[id] = session;
@@ -141,52 +127,19 @@ void RendezvousServer::adopt(tcp::socket socket, std::string already_read) {
 Result<std::unique_ptr<RendezvousServer>> RendezvousServer::listen(asio::io_context& io, const std::string& host,
                                                                    int port) {
   std::unique_ptr<RendezvousServer> server(new RendezvousServer(io));
-  boost::system::error_code ec;
-  tcp::endpoint ep;
-  if (host.empty() || host == "::" || host == "0.0.0.0") {
-    ep = host == "0.0.0.0" ? tcp::endpoint(asio::ip::address_v4::any(), static_cast<uint16_t>(port))
-                           : tcp::endpoint(asio::ip::address_v6::any(), static_cast<uint16_t>(port));
-  } else {
-    auto addr = asio::ip::make_address(host, ec);
-    if (ec) return invalid_argument("the listen address '" + host + "' is not an IP address");
-    ep = tcp::endpoint(addr, static_cast<uint16_t>(port));
-  }
-  auto& a = server->acceptor_;
-  a.open(ep.protocol(), ec);
-  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec && ep.address().is_v6() && ep.address().is_unspecified()) a.set_option(asio::ip::v6_only(false), ec);
-  if (!ec) a.bind(ep, ec);
-  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    std::string where = (ep.address().is_v6() ? "[" + ep.address().to_string() + "]" : ep.address().to_string()) +
-                        ":" + std::to_string(port);
-    return Status(Code::unavailable, "the rendezvous cannot listen on " + where + ": " + ec.message());
-  }
-  server->port_ = a.local_endpoint().port();
+  auto bound = net::open_listener(server->acceptor_, host, port, "the rendezvous");
+  if (!bound.ok()) return bound.status();
+  server->port_ = bound.value();
   server->accept();
   return server;
 }
 
 void RendezvousServer::accept() {
-  auto alive = alive_;
-  acceptor_.async_accept([this, alive](const boost::system::error_code& ec, tcp::socket socket) {
-    if (!*alive) return;
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      log::warning("rendezvous: accept failed: " + ec.message() + "; retrying in 100 ms");
-      retry_timer_.expires_after(std::chrono::milliseconds(100));
-      retry_timer_.async_wait([this, alive](const boost::system::error_code& e) {
-        if (!e && *alive) accept();
-      });
-      return;
-    }
-    boost::system::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
+  net::accept_forever(acceptor_, retry_timer_, alive_, "rendezvous", [this](tcp::socket socket) {
     MemberId id = next_member_++;
     auto session = std::make_shared<Session>(*this, id, std::move(socket));
     sessions_[id] = session;
     session->start();
-    accept();
   });
 }
 

@@ -1,13 +1,13 @@
 #include "muster/store/server.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
 
 #include "muster/common/log.hpp"
+#include "muster/rendezvous/tcp_util.hpp"
 
 namespace muster::store {
 
@@ -25,8 +25,11 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
 
   void send(const std::string& bytes) {
     if (closed_) return;
-    pending_ += bytes;
-    if (!writing_) write_more();
+    out_.push(bytes);
+    auto self = shared_from_this();
+    out_.flush(socket_, self, [self](const boost::system::error_code& ec) {
+      if (ec) self->close();
+    });
   }
 
   void close() {
@@ -38,21 +41,6 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  void write_more() {
-    writing_ = true;
-    sending_.swap(pending_);
-    pending_.clear();
-    auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(sending_), [self](const boost::system::error_code& ec, std::size_t) {
-      self->writing_ = false;
-      if (ec) {
-        self->close();
-        return;
-      }
-      if (!self->pending_.empty()) self->write_more();
-    });
-  }
-
   // Decides the dialect from the connection's first bytes; false: need more.
   bool detect() {
     if (dialect_known_) return true;
@@ -129,9 +117,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   std::shared_ptr<bool> alive_;
   std::string in_;
-  std::string pending_;
-  std::string sending_;
-  bool writing_ = false;
+  net::WriteQueue out_;
   bool closed_ = false;
   bool dialect_known_ = false;
   bool diverted_ = false;
@@ -145,64 +131,19 @@ StoreServer::~StoreServer() { close(); }
 
 Result<std::unique_ptr<StoreServer>> StoreServer::listen(asio::io_context& io, const std::string& host, int port) {
   std::unique_ptr<StoreServer> server(new StoreServer(io));
-  boost::system::error_code ec;
-  auto try_bind = [&](const tcp::endpoint& ep, bool dual_stack) {
-    ec.clear();
-    server->acceptor_.close(ec);
-    ec.clear();
-    server->acceptor_.open(ep.protocol(), ec);
-    if (ec) return false;
-    server->acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (dual_stack) server->acceptor_.set_option(asio::ip::v6_only(false), ec);
-    ec.clear();
-    server->acceptor_.bind(ep, ec);
-    if (ec) return false;
-    server->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    return !ec;
-  };
-  bool bound = false;
-  std::string where;
-  if (host.empty()) {
-    bound = try_bind(tcp::endpoint(asio::ip::address_v6::any(), static_cast<uint16_t>(port)), true) ||
-            try_bind(tcp::endpoint(asio::ip::address_v4::any(), static_cast<uint16_t>(port)), false);
-    where = "[::]:" + std::to_string(port);
-  } else {
-    auto addr = asio::ip::make_address(host, ec);
-    if (ec) return invalid_argument("the store's listen address '" + host + "' is not an IP address");
-    bound = try_bind(tcp::endpoint(addr, static_cast<uint16_t>(port)), addr.is_v6());
-    where = host + ":" + std::to_string(port);
-  }
-  if (!bound) {
-    return Status(Code::unavailable, "the store cannot listen on " + where + ": " + ec.message() +
-                                         "; choose a free port");
-  }
-  server->port_ = server->acceptor_.local_endpoint().port();
+  auto bound = net::open_listener(server->acceptor_, host, port, "the store");
+  if (!bound.ok()) return bound.status();
+  server->port_ = bound.value();
   server->accept();
   return server;
 }
 
 void StoreServer::accept() {
-  auto alive = alive_;
-  acceptor_.async_accept([this, alive](const boost::system::error_code& ec, tcp::socket socket) {
-    if (!*alive) return;
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      // Out of descriptors, say: try again shortly rather than spin.
-      log::warning("store: accept failed: " + ec.message() + "; retrying in 100 ms");
-      retry_timer_.expires_after(std::chrono::milliseconds(100));
-      retry_timer_.async_wait([this, alive](const boost::system::error_code& e) {
-        if (!e && *alive) accept();
-      });
-      return;
-    } else {
-      boost::system::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      ConnId id = next_id_++;
-      auto session = std::make_shared<Session>(*this, id, std::move(socket));
-      sessions_[id] = session;
-      session->start();
-    }
-    accept();
+  net::accept_forever(acceptor_, retry_timer_, alive_, "store", [this](tcp::socket socket) {
+    ConnId id = next_id_++;
+    auto session = std::make_shared<Session>(*this, id, std::move(socket));
+    sessions_[id] = session;
+    session->start();
   });
 }
 

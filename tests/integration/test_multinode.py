@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import DATA, SLACK, base_env, free_port, start_muster, wait_for
+from muster_testing import DATA, SLACK, base_env, free_port, start_muster, start_musterd, stop_musterd, wait_for
 
 WORKER = str(DATA / "elastic_worker.py")
-MUSTERD = os.environ.get("MUSTERD_BIN", "")
 FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
 
 
@@ -38,14 +37,9 @@ def envs(out):
 
 @pytest.fixture
 def musterd():
-    assert MUSTERD, "MUSTERD_BIN is not set (run through ctest)"
-    proc = subprocess.Popen([MUSTERD, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("musterd listening on "), line
-    yield f"127.0.0.1:{line.rsplit(':', 1)[1].strip()}"
-    proc.terminate()
-    proc.wait(timeout=10)
+    proc, port = start_musterd()
+    yield f"127.0.0.1:{port}"
+    stop_musterd(proc)
 
 
 def test_heterogeneous_nodes_with_the_rendezvous_in_the_endpoint_s_agent(tmp_path):

@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from muster_testing import SLACK
+from muster_testing import SLACK, start_musterd, stop_musterd
 
-MUSTERD = os.environ.get("MUSTERD_BIN", "")
 
 
 class Agent:
@@ -53,14 +52,9 @@ class Agent:
 
 @pytest.fixture
 def musterd():
-    assert MUSTERD, "MUSTERD_BIN is not set (run through ctest)"
-    proc = subprocess.Popen([MUSTERD, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("musterd listening on "), line
-    yield int(line.rsplit(":", 1)[1])
-    proc.terminate()
-    proc.wait(timeout=10)
+    proc, port = start_musterd()
+    yield port
+    stop_musterd(proc)
 
 
 def test_two_jobs_at_once_with_heterogeneous_nodes(musterd):

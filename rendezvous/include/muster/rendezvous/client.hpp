@@ -14,6 +14,7 @@
 #include "muster/common/status.hpp"
 #include "muster/rendezvous/core.hpp"
 #include "muster/rendezvous/protocol.hpp"
+#include "muster/rendezvous/tcp_util.hpp"
 
 namespace muster::rendezvous {
 
@@ -34,7 +35,7 @@ class RendezvousClient : public std::enable_shared_from_this<RendezvousClient> {
  private:
   void attempt();
   void read_more();
-  void write_more();
+  void flush();
   void heartbeat_loop(Duration interval);
 
   boost::asio::io_context& io_;
@@ -52,9 +53,7 @@ class RendezvousClient : public std::enable_shared_from_this<RendezvousClient> {
   std::function<void()> on_connected_;
   FrameReader reader_;
   std::array<char, 16384> buf_{};
-  std::string pending_;
-  std::string sending_;
-  bool writing_ = false;
+  net::WriteQueue out_;
   bool closed_ = false;
   bool connected_ = false;
 };
