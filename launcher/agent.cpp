@@ -278,7 +278,9 @@ void Agent::start_workers(int restart_count) {
   if (port_) port_->release();
   // Every attempt starts with an empty store: nothing of the workers that
   // just died (their addresses, their barrier counts) can mislead the new ones.
-  if (store_) store_->reset();
+  // (A multi-node job gets a fresh store per round when it joins instead: node
+  // rank 0 starting its workers must not wipe what other nodes' workers wrote.)
+  if (store_ && !coordinated_) store_->reset();
   if (auto st = supervisor_.start(launches); !st.ok()) {
     log::error(st.message());
     finish(1);

@@ -179,6 +179,21 @@ int Agent::run_coordinated() {
 }
 
 void Agent::send_join() {
+  // Each round gets a store of its own, advertised with this join: workers of
+  // the round that ended cannot write into it, and nobody resets it under the
+  // new round's workers. The static backend's store stays on --master-port and
+  // keeps its keys, as torchrun's does: emptying it could cut off the other
+  // nodes' rendezvous connections that share its port.
+  if (!rdzv_settings_.static_ranks) {
+    auto fresh = store::StoreServer::listen(io_, "", 0);
+    if (fresh.ok()) {
+      store_ = std::move(fresh.value());
+    } else {
+      log::warning("cannot open a new store for the next round (" + fresh.status().message() +
+                   "); emptying the old one");
+      store_->reset();
+    }
+  }
   rendezvous::JoinMessage m;
   m.job = cfg_.rdzv_id;
   m.request.node_name = node_name_;

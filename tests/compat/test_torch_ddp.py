@@ -70,13 +70,28 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
             procs.append(subprocess.Popen([*launcher, *common, f"{local_addr_flag}=127.0.0.{node}", SCRIPT, str(out)],
                                           env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             time.sleep(0.5)  # the endpoint's host first
-        results = [p.communicate(timeout=600) for p in procs]
-        for p, (_, err) in zip(procs, results):
-            assert p.returncode == 0, err
-        return weights(out)
+        failed = []
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=180)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                _, err = p.communicate(timeout=30)
+                err += "\n(timed out after 180 s)"
+            if p.returncode != 0:
+                failed.append(err)
+        return None if failed else weights(out), failed
 
-    m = two_agents([MUSTER], tmp_path / "muster", "--local-addr")
-    t = two_agents([torchrun_path()], tmp_path / "torchrun", "--local-addr")
+    m, failed = two_agents([MUSTER], tmp_path / "muster", "--local-addr")
+    assert not failed, failed
+    # The reference: torchrun's two agents on one host now and then lose a
+    # worker to a gloo abort under load ("terminate called without an active
+    # exception") or hang; one more try tells that apart from a real difference.
+    t, failed = two_agents([torchrun_path()], tmp_path / "torchrun", "--local-addr")
+    if failed:
+        t, failed = two_agents([torchrun_path()], tmp_path / "torchrun2", "--local-addr")
+    assert not failed, failed
     assert m[0] == t[0] == 4
     assert m[1] == t[1]
     # The static backend: node rank 0 serves the workers' store on --master-port.
