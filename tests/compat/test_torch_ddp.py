@@ -83,24 +83,44 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
                 failed.append(err)
         return None if failed else weights(out), failed
 
-    m, failed = two_agents([MUSTER], tmp_path / "muster", "--local-addr")
-    assert not failed, failed
-    # The reference: torchrun's two agents on one host now and then lose a
-    # worker to a gloo abort under load ("terminate called without an active
-    # exception") or hang; one more try tells that apart from a real difference.
-    t, failed = two_agents([torchrun_path()], tmp_path / "torchrun", "--local-addr")
-    if failed:
-        t, failed = two_agents([torchrun_path()], tmp_path / "torchrun2", "--local-addr")
-    assert not failed, failed
+    # Two torch processes groups of two "nodes" on one host now and then lose a
+    # worker to a gloo abort ("terminate called without an active exception")
+    # under load, with torchrun as with muster; each run gets a second try, and
+    # weights that differ always fail.
+    def twice(launcher, name):
+        w, failed = two_agents(launcher, tmp_path / name, "--local-addr")
+        if failed:
+            w, failed = two_agents(launcher, tmp_path / (name + "_again"), "--local-addr")
+        assert not failed, failed
+        return w
+
+    m = twice([MUSTER], "muster")
+    t = twice([torchrun_path()], "torchrun")
     assert m[0] == t[0] == 4
     assert m[1] == t[1]
     # The static backend: node rank 0 serves the workers' store on --master-port.
-    port = free_port()
-    procs = [subprocess.Popen([MUSTER, "--nnodes=2", f"--node-rank={r}", "--nproc-per-node=2",
-                               "--master-addr=127.0.0.1", f"--master-port={port}", SCRIPT, str(tmp_path / "static")],
-                              env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in (0, 1)]
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
-    assert weights(tmp_path / "static") == t
+    def static_run(out):
+        port = free_port()
+        procs = [subprocess.Popen([MUSTER, "--nnodes=2", f"--node-rank={r}", "--nproc-per-node=2",
+                                   "--master-addr=127.0.0.1", f"--master-port={port}", SCRIPT, str(out)],
+                                  env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in (0, 1)]
+        errs = []
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=180)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                _, err = p.communicate(timeout=30)
+            if p.returncode != 0:
+                errs.append(err)
+        return errs
+
+    errs = static_run(tmp_path / "static")
+    if errs:
+        errs = static_run(tmp_path / "static_again")
+        assert not errs, errs
+        assert weights(tmp_path / "static_again") == t
+    else:
+        assert weights(tmp_path / "static") == t
