@@ -121,3 +121,29 @@ def start_musterd():
 def stop_musterd(proc):
     proc.terminate()
     proc.wait(timeout=10)
+
+
+def port_open(host, port):
+    import socket
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def wait_all(procs, timeout):
+    """Waits for every process; on a timeout kills them all. Returns the
+    stderr of each that did not exit 0."""
+    failed = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            _, err = p.communicate(timeout=30)
+            err += f"\n(timed out after {timeout} s)"
+        if p.returncode != 0:
+            failed.append(err)
+    return failed

@@ -4,13 +4,12 @@ bit-identical weights. torch 2.13 runs under its own torchrun; Debian's torch
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, DEBIAN_PYTHON, MUSTER, base_env, debian_torch_available, free_port, run_muster,
-                            torchrun_path)
+from muster_testing import (DATA, DEBIAN_PYTHON, MUSTER, base_env, debian_torch_available, free_port, port_open,
+                            run_muster, torchrun_path, wait_all, wait_for)
 
 SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "pytorch" / "ddp_train.py")
 
@@ -69,18 +68,9 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
         for node in (1, 2):
             procs.append(subprocess.Popen([*launcher, *common, f"{local_addr_flag}=127.0.0.{node}", SCRIPT, str(out)],
                                           env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-            time.sleep(0.5)  # the endpoint's host first
-        failed = []
-        for p in procs:
-            try:
-                _, err = p.communicate(timeout=180)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                _, err = p.communicate(timeout=30)
-                err += "\n(timed out after 180 s)"
-            if p.returncode != 0:
-                failed.append(err)
+            if node == 1:  # the endpoint's host listens before the other agent starts
+                wait_for(lambda: port_open("127.0.0.1", port) or procs[0].poll() is not None, 60)
+        failed = wait_all(procs, 180)
         return None if failed else weights(out), failed
 
     # Two torch processes groups of two "nodes" on one host now and then lose a
@@ -105,17 +95,7 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
                                    "--master-addr=127.0.0.1", f"--master-port={port}", SCRIPT, str(out)],
                                   env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for r in (0, 1)]
-        errs = []
-        for p in procs:
-            try:
-                _, err = p.communicate(timeout=180)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                _, err = p.communicate(timeout=30)
-            if p.returncode != 0:
-                errs.append(err)
-        return errs
+        return wait_all(procs, 180)
 
     errs = static_run(tmp_path / "static")
     if errs:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import DATA, SLACK, base_env, free_port, start_muster, start_musterd, stop_musterd, wait_for
+from muster_testing import (DATA, SLACK, base_env, free_port, port_open, start_muster, start_musterd, stop_musterd,
+                            wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
 FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
@@ -45,7 +46,8 @@ def musterd():
 def test_heterogeneous_nodes_with_the_rendezvous_in_the_endpoint_s_agent(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
     host = agent(endpoint, "het", 1, 1, 2, tmp_path)
-    wait_for(lambda: False, 0.2)  # the host is up first
+    host_addr, host_port = endpoint.split(":")
+    assert wait_for(lambda: port_open(host_addr, int(host_port)), 30 * SLACK)  # the host listens first
     other = agent(endpoint, "het", 2, 3, 2, tmp_path)
     for rc, _, err in finish([host, other]):
         assert rc == 0, err
@@ -146,7 +148,6 @@ def test_the_static_backend_uses_node_ranks_and_master_port(tmp_path):
         procs.append(start_muster(["--nnodes=2", f"--node-rank={rank}", "--master-addr=127.0.0.1",
                                    f"--master-port={port}", f"--nproc-per-node={nproc}",
                                    f"--local-addr=127.0.0.{rank + 1}", WORKER, str(tmp_path)]))
-        wait_for(lambda: False, 0.3)
     for rc, _, err in finish(procs):
         assert rc == 0, err
     e = envs(tmp_path)
