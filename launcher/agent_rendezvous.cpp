@@ -126,12 +126,7 @@ Status Agent::setup_rendezvous() {
     }
   }
 
-  // The workers' store this node serves if it becomes node rank 0.
-  if (!store_) {
-    auto store = store::StoreServer::listen(io_, "", 0);
-    if (!store.ok()) return store.status();
-    store_ = std::move(store.value());
-  }
+  // With c10d the workers' store is opened per round, in send_join().
 
   // Host the rendezvous when the endpoint is ours, as torchrun's c10d backend
   // does; a second agent on the same machine finds the port taken and joins.
@@ -188,10 +183,12 @@ void Agent::send_join() {
     auto fresh = store::StoreServer::listen(io_, "", 0);
     if (fresh.ok()) {
       store_ = std::move(fresh.value());
-    } else {
+    } else if (store_) {
       log::warning("cannot open a new store for the next round (" + fresh.status().message() +
                    "); emptying the old one");
       store_->reset();
+    } else {
+      return on_rendezvous_error(fresh.status());
     }
   }
   rendezvous::JoinMessage m;
