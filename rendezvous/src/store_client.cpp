@@ -124,6 +124,19 @@ Result<StoreClient> StoreClient::connect(const std::string& host, int port, Clie
                                        "; check MASTER_ADDR/MASTER_PORT and that the store is running");
 }
 
+std::string StoreClient::local_host() const {
+  if (fd_ < 0) return "";
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return "";
+  std::string h = host;
+  // An IPv4 peer reached through a dual-stack socket.
+  if (h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos) h = h.substr(7);
+  return h;
+}
+
 Clock::time_point StoreClient::deadline() const { return Clock::now() + options_.timeout; }
 
 Status StoreClient::broken(Status why) {

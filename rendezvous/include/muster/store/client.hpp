@@ -46,6 +46,9 @@ class StoreClient {
   Status multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
 
   const std::string& address() const { return address_; }
+  // This end's IP address on the connection (how peers that reach the store
+  // can reach this host), numeric; "" when not connected.
+  std::string local_host() const;
 
  private:
   StoreClient() = default;

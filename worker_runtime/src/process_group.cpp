@@ -1,0 +1,679 @@
+#include "muster/process_group.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "muster/store/client.hpp"
+#include "muster/store/server.hpp"
+#include "reduce.hpp"
+#include "ring.hpp"
+#include "shm.hpp"
+
+namespace muster {
+
+using detail::Clock;
+
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x4d535247;  // "MSRG"
+constexpr std::size_t kDefaultSlotBytes = 512 << 10;
+std::atomic<int> g_group_sequence{0};
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+int env_int(const char* name, std::optional<int> given, const char* field, std::optional<int> fallback = {}) {
+  if (given) return *given;
+  auto v = env(name);
+  if (!v) {
+    if (fallback) return *fallback;
+    throw Error(std::string("muster: ") + name + " is not set; run the program under muster or torchrun, or set ProcessGroupOptions::" +
+                field);
+  }
+  char* end = nullptr;
+  errno = 0;
+  long x = std::strtol(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || errno != 0 || x < INT32_MIN || x > INT32_MAX) {
+    throw Error(std::string("muster: ") + name + "='" + *v + "' is not an integer");
+  }
+  return static_cast<int>(x);
+}
+
+std::string boot_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string random_hex(int bytes) {
+  std::random_device rd;
+  std::ostringstream os;
+  for (int i = 0; i < bytes; ++i) {
+    os << "0123456789abcdef"[rd() & 15] << "0123456789abcdef"[rd() & 15];
+  }
+  return os.str();
+}
+
+struct PeerInfo {
+  std::string node;
+  pid_t pid = 0;
+};
+
+std::string encode_info(const PeerInfo& p) { return std::to_string(p.pid) + " " + p.node; }
+PeerInfo decode_info(const std::string& s, int rank) {
+  auto sp = s.find(' ');
+  if (sp == std::string::npos) throw Error("muster: rank " + std::to_string(rank) + " published a malformed record");
+  return PeerInfo{s.substr(sp + 1), static_cast<pid_t>(std::stol(s.substr(0, sp)))};
+}
+
+void write_all_until(int fd, const void* p, std::size_t n, Clock::time_point deadline) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      c += w;
+      n -= static_cast<std::size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno != EAGAIN && errno != EINTR) throw Error(std::string("send failed: ") + std::strerror(errno));
+    pollfd pf{fd, POLLOUT, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) throw TimeoutError("timed out sending a greeting to a peer");
+    ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
+  }
+}
+
+bool read_all_until(int fd, void* p, std::size_t n, Clock::time_point deadline) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, c, n, MSG_DONTWAIT);
+    if (r > 0) {
+      c += r;
+      n -= static_cast<std::size_t>(r);
+      continue;
+    }
+    if (r == 0) return false;
+    if (errno != EAGAIN && errno != EINTR) return false;
+    pollfd pf{fd, POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
+  }
+  return true;
+}
+
+struct Hello {
+  uint32_t magic;
+  uint32_t ring;
+  uint32_t from;
+  uint32_t token;
+};
+
+void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int buf = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+}
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int nodes = 1;
+  int restart = 0;
+  int seq = 0;
+  std::optional<int> env_local_rank, env_local_size;
+  std::chrono::milliseconds timeout{};
+  std::string prefix;
+  std::string transport = "none";
+
+  // rank 0 without an agent store hosts the store on a thread of its own.
+  boost::asio::io_context store_io;
+  std::unique_ptr<store::StoreServer> store_server;
+  std::thread store_thread;
+  std::optional<store::StoreClient> store;
+
+  std::unique_ptr<detail::ShmNode> shm;
+  std::unique_ptr<detail::TcpRing> flat;   // every rank, in rank order (when nodes > 1)
+  std::unique_ptr<detail::TcpRing> cross;  // this local index on every node (hierarchical all_reduce)
+  bool cross_is_flat = false;
+
+  std::string broken;
+  bool destroyed = false;
+
+  ~Impl() { close(); }
+
+  void close() {
+    shm.reset();
+    flat.reset();
+    cross.reset();
+    store.reset();
+    store_io.stop();
+    if (store_thread.joinable()) store_thread.join();
+    if (store_server) store_server->close();
+    store_server.reset();
+  }
+
+  Clock::time_point deadline() const { return Clock::now() + timeout; }
+
+  void store_check(const Status& st, const std::string& what) {
+    if (!st.ok()) {
+      std::string msg = "muster: rank " + std::to_string(rank) + ": " + what + ": " + st.message();
+      if (st.code() == Code::timeout) throw TimeoutError(msg);
+      throw Error(msg);
+    }
+  }
+  void set(const std::string& key, const std::string& value) {
+    store_check(store->set(prefix + key, value), "writing " + prefix + key + " to the store");
+  }
+  std::vector<std::string> get_many(const std::vector<std::string>& keys) {
+    std::vector<std::string> full;
+    for (auto& k : keys) full.push_back(prefix + k);
+    auto r = store->multi_get(full);
+    store_check(r.status(), "reading " + std::to_string(keys.size()) + " keys under " + prefix + " from the store");
+    return std::move(r.value());
+  }
+  std::string get(const std::string& key) { return get_many({key})[0]; }
+  void store_barrier(const std::string& name) {
+    auto n = store->add(prefix + name + "/count", 1);
+    store_check(n.status(), "joining " + name);
+    if (n.value() == world) set(name + "/all", "1");
+    get(name + "/all");
+  }
+
+  void connect(const ProcessGroupOptions& o);
+  void form_rings(const std::vector<int>& node_of, const std::vector<std::vector<int>>& members_of_node);
+};
+
+void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
+  rank = env_int("RANK", o.rank, "rank");
+  world = env_int("WORLD_SIZE", o.world_size, "world_size");
+  if (world < 1) throw Error("muster: WORLD_SIZE must be at least 1, got " + std::to_string(world));
+  if (rank < 0 || rank >= world) {
+    throw Error("muster: RANK " + std::to_string(rank) + " is outside [0, " + std::to_string(world) + ")");
+  }
+  if (o.local_rank || env("LOCAL_RANK")) env_local_rank = env_int("LOCAL_RANK", o.local_rank, "local_rank");
+  if (o.local_world_size || env("LOCAL_WORLD_SIZE")) {
+    env_local_size = env_int("LOCAL_WORLD_SIZE", o.local_world_size, "local_world_size");
+  }
+  restart = env_int("TORCHELASTIC_RESTART_COUNT", o.restart_count, "restart_count", 0);
+  timeout = o.timeout;
+  if (timeout.count() <= 0) throw Error("muster: the process group's timeout must be positive");
+  if (o.backend != "cpu") {
+    throw Error("muster: backend '" + o.backend +
+                "' is not a ProcessGroup backend; use \"cpu\" (NCCL: muster::NcclCommunicator in muster/nccl.hpp)");
+  }
+  std::string addr = o.master_addr ? *o.master_addr : env("MASTER_ADDR").value_or("");
+  if (addr.empty()) {
+    throw Error("muster: MASTER_ADDR is not set; run the program under muster or torchrun, or set ProcessGroupOptions::master_addr");
+  }
+  int port = env_int("MASTER_PORT", o.master_port, "master_port");
+  if (port < 0 || port > 65535) throw Error("muster: MASTER_PORT " + std::to_string(port) + " is not a port");
+  bool agent_store = o.use_agent_store ? *o.use_agent_store : env("TORCHELASTIC_USE_AGENT_STORE") == std::string("True");
+
+  if (!agent_store && rank == 0) {
+    auto server = store::StoreServer::listen(store_io, "", port);
+    if (!server.ok()) {
+      throw Error("muster: rank 0 cannot host the store on port " + std::to_string(port) + ": " +
+                  server.status().message() + "; choose another MASTER_PORT");
+    }
+    store_server = std::move(server.value());
+    store_thread = std::thread([this] { store_io.run(); });
+  }
+  store::ClientOptions copts;
+  copts.timeout = timeout;
+  auto client = store::StoreClient::connect(addr, port, copts);
+  if (!client.ok()) {
+    std::string msg = "muster: rank " + std::to_string(rank) + ": " + client.status().message();
+    if (client.status().code() == Code::timeout || client.status().code() == Code::unavailable) throw TimeoutError(msg);
+    throw Error(msg);
+  }
+  store.emplace(std::move(client.value()));
+  seq = g_group_sequence.fetch_add(1);
+  prefix = "muster/attempt_" + std::to_string(restart) + "/pg" + std::to_string(seq) + "/";
+
+  // Who is where: ranks with the same node id share memory.
+  std::string transport_env = env("MUSTER_CPU_TRANSPORT").value_or("auto");
+  if (transport_env != "auto" && transport_env != "tcp") {
+    throw Error("muster: MUSTER_CPU_TRANSPORT='" + transport_env + "' is not one of auto, tcp");
+  }
+  PeerInfo me;
+  me.pid = getpid();
+  if (transport_env == "tcp") {
+    me.node = "rank" + std::to_string(rank);
+  } else if (auto id = env("MUSTER_NODE_ID"); id && !id->empty()) {
+    me.node = "id:" + *id;
+  } else {
+    me.node = host_name() + "/" + boot_id();
+  }
+  set("info/" + std::to_string(rank), encode_info(me));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back("info/" + std::to_string(r));
+  auto values = get_many(keys);
+  std::vector<PeerInfo> peers;
+  for (int r = 0; r < world; ++r) peers.push_back(decode_info(values[r], r));
+
+  std::map<std::string, int> node_index;
+  std::vector<int> node_of(world);
+  std::vector<std::vector<int>> members;  // per node, ranks in order
+  for (int r = 0; r < world; ++r) {
+    auto [it, fresh] = node_index.emplace(peers[r].node, static_cast<int>(members.size()));
+    if (fresh) members.emplace_back();
+    node_of[r] = it->second;
+    members[it->second].push_back(r);
+  }
+  nodes = static_cast<int>(members.size());
+  const auto& mine = members[node_of[rank]];
+  local_size = static_cast<int>(mine.size());
+  local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
+  bool uniform = std::all_of(members.begin(), members.end(), [&](auto& m) { return m.size() == mine.size(); });
+
+  std::size_t slot = kDefaultSlotBytes;
+  if (auto s = env("MUSTER_SHM_SLOT_BYTES")) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(s->c_str(), &end, 10);
+    if (s->empty() || *end != '\0' || v < 4096 || v % 4096 != 0 || v > (1ull << 30)) {
+      throw Error("muster: MUSTER_SHM_SLOT_BYTES='" + *s + "' must be a multiple of 4096 between 4096 and 2^30");
+    }
+    slot = v;
+  }
+
+  // Shared memory among the node's ranks (not when node sizes differ: then
+  // every collective goes round one TCP ring).
+  if (local_size > 1 && (nodes == 1 || uniform)) {
+    std::vector<pid_t> pids;
+    for (int r : mine) pids.push_back(peers[r].pid);
+    std::string node_key = "shm/" + std::to_string(mine.front());
+    if (local_rank == 0) {
+      std::string name = "/muster-" + std::to_string(getpid()) + "-" + random_hex(8);
+      shm = std::make_unique<detail::ShmNode>(name, true, 0, local_size, slot, pids, mine);
+      set(node_key, name);
+      // The name goes once every local rank has mapped the segment: a crash
+      // from here on leaves nothing in /dev/shm.
+      std::vector<std::string> opened;
+      for (int j = 1; j < local_size; ++j) opened.push_back("shm_open/" + std::to_string(mine[j]));
+      try {
+        get_many(opened);
+      } catch (...) {
+        detail::ShmNode::unlink(name);
+        throw;
+      }
+      detail::ShmNode::unlink(name);
+    } else {
+      std::string name = get(node_key);
+      shm = std::make_unique<detail::ShmNode>(name, false, local_rank, local_size, slot, pids, mine);
+      set("shm_open/" + std::to_string(rank), "1");
+    }
+  }
+  if (nodes > 1) form_rings(node_of, members);
+  if (nodes == 1) {
+    transport = world == 1 ? "none" : "shm";
+  } else {
+    transport = shm ? "shm+tcp" : "tcp";
+  }
+  // Every rank has read what it needs from the store before anyone returns
+  // (rank 0 may host the store and leave).
+  store_barrier("ready");
+}
+
+void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::vector<std::vector<int>>& members) {
+  auto until = deadline();
+  std::string host = store->local_host();
+  if (auto a = env("MUSTER_ADVERTISE_ADDR"); a && !a->empty()) host = *a;
+  if (host.empty()) host = "127.0.0.1";
+  bool v6 = host.find(':') != std::string::npos;
+  int lfd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (lfd < 0) throw Error(std::string("muster: cannot open a socket: ") + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } lguard{lfd};
+  int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_storage ss{};
+  socklen_t sl;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_any;
+    sl = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_ANY);
+    sl = sizeof *a;
+  }
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&ss), sl) != 0 || ::listen(lfd, 1024) != 0 ||
+      getsockname(lfd, reinterpret_cast<sockaddr*>(&ss), &sl) != 0) {
+    throw Error(std::string("muster: cannot listen for the ring's peers: ") + std::strerror(errno));
+  }
+  int port = v6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port) : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  set("addr/" + std::to_string(rank), host + " " + std::to_string(port));
+
+  // The rings this rank is on: 0 = every rank; 1 = this local index on every
+  // node, when all_reduce is hierarchical.
+  struct RingPlan {
+    uint32_t id;
+    std::vector<int> members;
+    int position;
+    int next_fd = -1, prev_fd = -1;
+  };
+  std::vector<RingPlan> plans;
+  {
+    RingPlan flat_plan{0, {}, rank};
+    for (int r = 0; r < world; ++r) flat_plan.members.push_back(r);
+    plans.push_back(std::move(flat_plan));
+  }
+  if (shm) {
+    RingPlan c{1, {}, 0};
+    for (std::size_t n = 0; n < members.size(); ++n) c.members.push_back(members[n][local_rank]);
+    c.position = node_of[rank];
+    plans.push_back(std::move(c));
+  }
+  const uint32_t token = static_cast<uint32_t>(restart * 7919 + seq);
+  for (auto& p : plans) {
+    int next = p.members[(p.position + 1) % p.members.size()];
+    std::string a = get("addr/" + std::to_string(next));
+    auto sp = a.rfind(' ');
+    std::string peer_host = a.substr(0, sp), peer_port = a.substr(sp + 1);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(peer_host.c_str(), peer_port.c_str(), &hints, &res) != 0 || res == nullptr) {
+      throw Error("muster: rank " + std::to_string(next) + " advertised an unusable address '" + a + "'");
+    }
+    int fd = -1;
+    std::string why;
+    auto backoff = std::chrono::milliseconds(20);
+    while (fd < 0) {
+      fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+        why = std::strerror(errno);
+        ::close(fd);
+        fd = -1;
+        if (Clock::now() + backoff >= until) break;
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+      throw TimeoutError("muster: rank " + std::to_string(rank) + " cannot connect to rank " + std::to_string(next) +
+                         " at " + a + ": " + why + " (a firewall? set MUSTER_ADVERTISE_ADDR to an address peers reach)");
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    tune_socket(fd);
+    Hello h{kHelloMagic, p.id, static_cast<uint32_t>(rank), token};
+    write_all_until(fd, &h, sizeof h, until);
+    p.next_fd = fd;
+  }
+  // Accept one connection per ring, from its previous member.
+  std::size_t missing = plans.size();
+  while (missing > 0) {
+    pollfd pf{lfd, POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0) {
+      throw TimeoutError("muster: rank " + std::to_string(rank) + " timed out waiting for its ring peers to connect");
+    }
+    ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    Hello h{};
+    bool ok = read_all_until(fd, &h, sizeof h, std::min(until, Clock::now() + std::chrono::seconds(10)));
+    RingPlan* match = nullptr;
+    if (ok && h.magic == kHelloMagic && h.token == token) {
+      for (auto& p : plans) {
+        int prev = p.members[(p.position + p.members.size() - 1) % p.members.size()];
+        if (p.id == h.ring && static_cast<int>(h.from) == prev && p.prev_fd < 0) match = &p;
+      }
+    }
+    if (match == nullptr) {
+      ::close(fd);  // a stray connection, or a stale one from an earlier group
+      continue;
+    }
+    tune_socket(fd);
+    match->prev_fd = fd;
+    --missing;
+  }
+  for (auto& p : plans) {
+    auto ring = std::make_unique<detail::TcpRing>(p.members, p.position, p.next_fd, p.prev_fd, nullptr);
+    (p.id == 0 ? flat : cross) = std::move(ring);
+  }
+  if (!cross && !shm) cross_is_flat = true;
+}
+
+ProcessGroup ProcessGroup::create(const ProcessGroupOptions& options) {
+  auto impl = std::make_shared<Impl>();
+  impl->connect(options);
+  return ProcessGroup(std::move(impl));
+}
+
+ProcessGroup::Impl& ProcessGroup::impl() const {
+  if (!impl_) throw Error("muster: this ProcessGroup handle is empty (create one with muster::init_process_group)");
+  if (impl_->destroyed) throw Error("muster: the process group was destroyed");
+  return *impl_;
+}
+
+int ProcessGroup::rank() const { return impl().rank; }
+int ProcessGroup::size() const { return impl().world; }
+int ProcessGroup::local_rank() const { return impl().env_local_rank.value_or(impl().local_rank); }
+int ProcessGroup::local_size() const { return impl().env_local_size.value_or(impl().local_size); }
+int ProcessGroup::node_count() const { return impl().nodes; }
+int ProcessGroup::restart_count() const { return impl().restart; }
+std::chrono::milliseconds ProcessGroup::timeout() const { return impl().timeout; }
+std::string ProcessGroup::transport() const { return impl().transport; }
+
+void ProcessGroup::check_span_sizes(const char* what, std::size_t small, std::size_t big, bool) const {
+  if (big != small * static_cast<std::size_t>(size())) {
+    throw Error(std::string("muster: ") + what + ": the larger buffer must hold size() = " + std::to_string(size()) +
+                " times the smaller one's " + std::to_string(small) + " elements, it holds " + std::to_string(big));
+  }
+}
+
+namespace {
+
+// Runs one collective: an unusable group refuses, a failure marks the group
+// unusable, tells the node's ranks and the ring neighbours, and rethrows with
+// the rank and the operation named.
+template <typename F>
+void run_collective(ProcessGroup::Impl& g, const std::string& what, F&& body) {
+  if (!g.broken.empty()) {
+    throw Error("muster: rank " + std::to_string(g.rank) + ": " + what +
+                ": the process group is unusable after an earlier failure (" + g.broken +
+                "); destroy it and let the launcher restart the job");
+  }
+  try {
+    body();
+  } catch (const TimeoutError& e) {
+    g.broken = e.what();
+    if (g.shm) g.shm->abort(g.rank);
+    if (g.flat) g.flat->shut();
+    if (g.cross) g.cross->shut();
+    throw TimeoutError("muster: rank " + std::to_string(g.rank) + ": " + what + " timed out after " +
+                       std::to_string(g.timeout.count()) + " ms: " + e.what());
+  } catch (const Error& e) {
+    g.broken = e.what();
+    if (g.shm) g.shm->abort(g.rank);
+    if (g.flat) g.flat->shut();
+    if (g.cross) g.cross->shut();
+    throw Error("muster: rank " + std::to_string(g.rank) + ": " + what + " failed: " + e.what());
+  }
+}
+
+std::string describe(const char* op, std::size_t count, DataType type) {
+  return std::string(op) + " of " + std::to_string(count) + " " + data_type_name(type);
+}
+
+void check_buffer(const void* p, std::size_t count, DataType type, const char* what) {
+  if (count > 0 && p == nullptr) throw Error(std::string("muster: ") + what + ": a null buffer for " + std::to_string(count) + " elements");
+  if (count > (SIZE_MAX / 16) / element_size(type)) throw Error(std::string("muster: ") + what + ": the element count overflows");
+}
+
+}  // namespace
+
+void ProcessGroup::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op) {
+  auto& g = impl();
+  check_buffer(data, count, type, "all_reduce");
+  run_collective(g, describe("all_reduce", count, type), [&] {
+    const int divisor = op == ReduceOp::avg ? g.world : 1;
+    auto until = g.deadline();
+    if (g.world == 1) return;
+    if (g.shm && g.nodes == 1) {
+      g.shm->all_reduce(data, count, type, op, divisor, nullptr, until);
+    } else if (g.shm) {
+      g.shm->all_reduce(data, count, type, op, divisor, g.cross.get(), until);
+    } else {
+      g.flat->all_reduce(data, count, type, op, divisor, until);
+    }
+  });
+}
+
+void ProcessGroup::broadcast(void* data, std::size_t count, DataType type, int root) {
+  auto& g = impl();
+  check_buffer(data, count, type, "broadcast");
+  if (root < 0 || root >= g.world) {
+    throw Error("muster: broadcast: root " + std::to_string(root) + " is outside [0, " + std::to_string(g.world) + ")");
+  }
+  run_collective(g, describe("broadcast", count, type), [&] {
+    auto until = g.deadline();
+    if (g.world == 1) return;
+    if (g.nodes == 1) {
+      g.shm->broadcast(data, count * element_size(type), root, until);
+    } else {
+      g.flat->broadcast(data, count * element_size(type), root, until);
+    }
+  });
+}
+
+void ProcessGroup::all_gather(const void* in, void* out, std::size_t count, DataType type) {
+  auto& g = impl();
+  check_buffer(in, count, type, "all_gather");
+  check_buffer(out, count * g.world, type, "all_gather");
+  run_collective(g, describe("all_gather", count, type), [&] {
+    const std::size_t bytes = count * element_size(type);
+    auto until = g.deadline();
+    if (g.nodes == 1 && g.world > 1) {
+      g.shm->all_gather(in, out, bytes, until);
+      return;
+    }
+    char* o = static_cast<char*>(out);
+    if (bytes > 0) std::memmove(o + g.rank * bytes, in, bytes);
+    if (g.world > 1 && bytes > 0) g.flat->all_gather_in_place(out, bytes, until);
+  });
+}
+
+void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op) {
+  auto& g = impl();
+  check_buffer(in, count * g.world, type, "reduce_scatter");
+  check_buffer(out, count, type, "reduce_scatter");
+  run_collective(g, describe("reduce_scatter", count, type), [&] {
+    auto until = g.deadline();
+    const int divisor = op == ReduceOp::avg ? g.world : 1;
+    if (g.world == 1) {
+      if (count > 0) std::memmove(out, in, count * element_size(type));
+      return;
+    }
+    if (count == 0) return;
+    if (g.nodes == 1) {
+      g.shm->reduce_scatter(in, out, count, type, op, until);
+    } else {
+      g.flat->reduce_scatter(in, out, count, type, op, divisor, until);
+    }
+  });
+}
+
+void ProcessGroup::barrier() {
+  auto& g = impl();
+  run_collective(g, "barrier", [&] {
+    auto until = g.deadline();
+    if (g.world == 1) return;
+    if (g.nodes == 1) {
+      g.shm->barrier(until);
+    } else {
+      g.flat->barrier(until);
+    }
+  });
+}
+
+void ProcessGroup::store_set(const std::string& key, const std::string& value) { impl().set("user/" + key, value); }
+std::string ProcessGroup::store_get(const std::string& key) { return impl().get("user/" + key); }
+
+void ProcessGroup::destroy() {
+  if (!impl_ || impl_->destroyed) return;
+  impl_->close();
+  impl_->destroyed = true;
+}
+
+namespace {
+std::mutex g_default_mutex;
+ProcessGroup g_default;
+}  // namespace
+
+ProcessGroup init_process_group(const ProcessGroupOptions& options) {
+  std::lock_guard lock(g_default_mutex);
+  if (g_default.valid()) {
+    throw Error("muster: init_process_group was called twice; call destroy_process_group() first");
+  }
+  g_default = ProcessGroup::create(options);
+  return g_default;
+}
+
+void destroy_process_group() {
+  std::lock_guard lock(g_default_mutex);
+  if (g_default.valid()) g_default.destroy();
+  g_default = ProcessGroup();
+}
+
+bool is_initialized() {
+  std::lock_guard lock(g_default_mutex);
+  return g_default.valid();
+}
+
+ProcessGroup default_group() {
+  std::lock_guard lock(g_default_mutex);
+  if (!g_default.valid()) {
+    throw Error("muster: the default process group is not initialized; call muster::init_process_group() first");
+  }
+  return g_default;
+}
+
+int get_rank() { return default_group().rank(); }
+int get_world_size() { return default_group().size(); }
+int get_local_rank() { return default_group().local_rank(); }
+
+}  // namespace muster

@@ -1,0 +1,190 @@
+#include "ring.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "reduce.hpp"
+
+namespace muster::detail {
+namespace {
+// Large buffers go round the ring in pieces of at most this many bytes per
+// segment, which bounds the scratch memory.
+constexpr std::size_t kMaxSegmentBytes = 4 << 20;
+// Reduce a received piece once this much of it has arrived.
+constexpr std::size_t kReduceGrain = 64 << 10;
+}  // namespace
+
+TcpRing::TcpRing(std::vector<int> members, int position, int next_fd, int prev_fd, std::function<void()> check)
+    : members_(std::move(members)), position_(position), next_fd_(next_fd), prev_fd_(prev_fd), check_(std::move(check)) {}
+
+TcpRing::~TcpRing() {
+  if (next_fd_ >= 0) ::close(next_fd_);
+  if (prev_fd_ >= 0) ::close(prev_fd_);
+}
+
+void TcpRing::shut() {
+  if (next_fd_ >= 0) ::shutdown(next_fd_, SHUT_RDWR);
+  if (prev_fd_ >= 0) ::shutdown(prev_fd_, SHUT_RDWR);
+}
+
+void TcpRing::peer_failed(bool sending, const std::string& why, const char* what) {
+  int peer = members_[mod(position_ + (sending ? 1 : -1))];
+  throw Error("the connection to rank " + std::to_string(peer) + " broke during " + what + " (" + why +
+              "): that rank exited or failed");
+}
+
+void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::size_t recv_len,
+                       const std::function<void(std::size_t)>& on_recv, Clock::time_point deadline,
+                       const char* what) {
+  std::size_t sent = 0, got = 0;
+  auto next_check = Clock::now() + std::chrono::milliseconds(100);
+  while (sent < send_len || got < recv_len) {
+    // Try without waiting first: most calls find the socket ready.
+    bool progressed = false;
+    if (sent < send_len) {
+      ssize_t n = ::send(next_fd_, send + sent, send_len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+        progressed = true;
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        peer_failed(true, std::strerror(errno), what);
+      }
+    }
+    if (got < recv_len) {
+      ssize_t n = ::recv(prev_fd_, recv + got, recv_len - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+        if (on_recv) on_recv(got);
+        progressed = true;
+      } else if (n == 0) {
+        peer_failed(false, "end of stream", what);
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        peer_failed(false, std::strerror(errno), what);
+      }
+    }
+    if (progressed) continue;
+    auto now = Clock::now();
+    if (now >= next_check) {
+      if (check_) check_();
+      next_check = now + std::chrono::milliseconds(100);
+    }
+    if (now >= deadline) throw TimeoutError(std::string("waiting for the ring's peers during ") + what);
+    pollfd fds[2];
+    int nfds = 0;
+    if (sent < send_len) fds[nfds++] = {next_fd_, POLLOUT, 0};
+    if (got < recv_len) fds[nfds++] = {prev_fd_, POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline, next_check) - now).count();
+    int rc = ::poll(fds, nfds, static_cast<int>(std::max<long long>(1, left)));
+    if (rc < 0 && errno != EINTR) throw Error(std::string("poll failed during ") + what + ": " + std::strerror(errno));
+  }
+}
+
+std::pair<std::size_t, std::size_t> TcpRing::segment(std::size_t count, int k) const {
+  std::size_t n = static_cast<std::size_t>(size());
+  std::size_t base = count / n, rem = count % n;
+  std::size_t kk = static_cast<std::size_t>(k);
+  std::size_t start = kk * base + std::min(kk, rem);
+  return {start, base + (kk < rem ? 1 : 0)};
+}
+
+void TcpRing::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor,
+                         Clock::time_point deadline) {
+  const std::size_t es = element_size(type);
+  const int n = size();
+  if (n == 1) {
+    finish(type, op, data, count, divisor);
+    return;
+  }
+  const std::size_t piece_max = std::max<std::size_t>(1, kMaxSegmentBytes / es) * n;
+  char* all = static_cast<char*>(data);
+  for (std::size_t off = 0; off < count; off += piece_max) {
+    const std::size_t len = std::min(piece_max, count - off);
+    char* buf = all + off * es;
+    // Reduce-scatter: after n-1 steps, segment position+1 is complete here.
+    for (int s = 0; s < n - 1; ++s) {
+      auto [so, sl] = segment(len, mod(position_ - s));
+      auto [ro, rl] = segment(len, mod(position_ - s - 1));
+      if (scratch_.size() < rl * es) scratch_.resize(rl * es);
+      char* target = buf + ro * es;
+      std::size_t reduced = 0;
+      auto on_recv = [&](std::size_t got_bytes) {
+        std::size_t ready = got_bytes / es;
+        if (ready - reduced >= kReduceGrain / es || ready == rl) {
+          combine(type, op, target + reduced * es, target + reduced * es, scratch_.data() + reduced * es,
+                  ready - reduced);
+          reduced = ready;
+        }
+      };
+      exchange(buf + so * es, sl * es, scratch_.data(), rl * es, on_recv, deadline, "all_reduce");
+    }
+    auto [oo, ol] = segment(len, mod(position_ + 1));
+    finish(type, op, buf + oo * es, ol, divisor);
+    // All-gather the complete segments.
+    for (int s = 0; s < n - 1; ++s) {
+      auto [so, sl] = segment(len, mod(position_ + 1 - s));
+      auto [ro, rl] = segment(len, mod(position_ - s));
+      exchange(buf + so * es, sl * es, buf + ro * es, rl * es, nullptr, deadline, "all_reduce");
+    }
+  }
+}
+
+void TcpRing::all_gather_in_place(void* out, std::size_t bytes, Clock::time_point deadline) {
+  char* o = static_cast<char*>(out);
+  const int n = size();
+  for (int s = 0; s < n - 1; ++s) {
+    int sb = mod(position_ - s), rb = mod(position_ - s - 1);
+    exchange(o + sb * bytes, bytes, o + rb * bytes, bytes, nullptr, deadline, "all_gather");
+  }
+}
+
+void TcpRing::reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op, int divisor,
+                             Clock::time_point deadline) {
+  const std::size_t es = element_size(type);
+  const int n = size();
+  const std::size_t block = count * es;
+  std::vector<char> work(static_cast<const char*>(in), static_cast<const char*>(in) + block * n);
+  if (scratch_.size() < block) scratch_.resize(block);
+  // The same schedule as all_reduce's first half, shifted by one so that this
+  // rank ends with its own block.
+  for (int s = 0; s < n - 1; ++s) {
+    int sb = mod(position_ - s - 1), rb = mod(position_ - s - 2);
+    char* target = work.data() + rb * block;
+    std::size_t reduced = 0;
+    auto on_recv = [&](std::size_t got_bytes) {
+      std::size_t ready = got_bytes / es;
+      if (ready - reduced >= kReduceGrain / es || ready == count) {
+        combine(type, op, target + reduced * es, target + reduced * es, scratch_.data() + reduced * es,
+                ready - reduced);
+        reduced = ready;
+      }
+    };
+    exchange(work.data() + sb * block, block, scratch_.data(), block, on_recv, deadline, "reduce_scatter");
+  }
+  char* mine = work.data() + position_ * block;
+  finish(type, op, mine, count, divisor);
+  std::memcpy(out, mine, block);
+}
+
+void TcpRing::broadcast(void* data, std::size_t bytes, int root, Clock::time_point deadline) {
+  char* p = static_cast<char*>(data);
+  const bool last = mod(position_ + 1) == root;
+  for (std::size_t off = 0; off < bytes; off += kMaxSegmentBytes) {
+    std::size_t len = std::min(kMaxSegmentBytes, bytes - off);
+    if (position_ != root) exchange(nullptr, 0, p + off, len, nullptr, deadline, "broadcast");
+    if (!last) exchange(p + off, len, nullptr, 0, nullptr, deadline, "broadcast");
+  }
+}
+
+void TcpRing::barrier(Clock::time_point deadline) {
+  // Everyone's token has to come round: nobody leaves before all arrived.
+  std::vector<int32_t> tokens(size(), 0);
+  tokens[position_] = 1;
+  all_gather_in_place(tokens.data(), sizeof(int32_t), deadline);
+}
+
+}  // namespace muster::detail
