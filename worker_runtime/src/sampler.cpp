@@ -1,5 +1,7 @@
 #include "muster/sampler.hpp"
 
+#include "muster/process_group.hpp"
+
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -37,6 +39,9 @@ std::vector<int64_t> randperm(int64_t n, uint64_t seed) {
   }
   return r;
 }
+
+DistributedSampler::DistributedSampler(std::size_t dataset_size, const ProcessGroup& group, SamplerOptions options)
+    : DistributedSampler(dataset_size, group.size(), group.rank(), options) {}
 
 DistributedSampler::DistributedSampler(std::size_t dataset_size, int num_replicas, int rank, SamplerOptions options)
     : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {

@@ -10,6 +10,8 @@
 
 namespace muster {
 
+class ProcessGroup;
+
 // torch.randperm(n, generator=torch.Generator().manual_seed(seed)) on the CPU.
 // The generator keeps the low 32 bits of the seed, as torch's does.
 std::vector<int64_t> randperm(int64_t n, uint64_t seed);
@@ -24,6 +26,9 @@ class DistributedSampler {
  public:
   // Throws std::invalid_argument for num_replicas < 1 or rank outside [0, num_replicas).
   DistributedSampler(std::size_t dataset_size, int num_replicas, int rank, SamplerOptions options = {});
+  // num_replicas = group.size(), rank = group.rank(), as torch's sampler
+  // takes them from the default group.
+  DistributedSampler(std::size_t dataset_size, const ProcessGroup& group, SamplerOptions options = {});
 
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }

@@ -1,0 +1,162 @@
+"""libmuster's process group and CPU collectives, driven by collectives_tool:
+every collective, dtype and op on one node (shared memory), over TCP rings
+only, hierarchical across two agents, and with nodes of different sizes; a
+peer that dies or stalls makes the others fail, within a bound, with an error
+that names it; set-up errors are clear; nothing is left in /dev/shm."""
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from muster_testing import SLACK, base_env, free_port, run_muster, start_muster, wait_all
+
+TOOL = os.environ.get("MUSTER_COLLECTIVES_TOOL", "")
+pytestmark = pytest.mark.skipif(not TOOL, reason="MUSTER_COLLECTIVES_TOOL is not set (run through ctest)")
+
+
+def shm_segments():
+    return {p.name for p in Path("/dev/shm").glob("muster-*")}
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    before = shm_segments()
+    yield
+    assert shm_segments() - before == set(), "a shared-memory segment was left in /dev/shm"
+
+
+def ok_ranks(out):
+    return sorted(int(line.split("rank=")[1].split()[0]) for line in out.splitlines()
+                  if line.startswith("collectives ok"))
+
+
+def transports(out):
+    return {line.split("transport=")[1].strip() for line in out.splitlines() if line.startswith("collectives ok")}
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_one_node_shared_memory(nproc):
+    r = run_muster([f"--nproc-per-node={nproc}", "--standalone", "--no-python", TOOL, "check"],
+                   timeout=300 * SLACK)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ok_ranks(r.stdout) == list(range(nproc))
+    assert transports(r.stdout) == {"shm"}
+
+
+def test_one_node_small_slots_many_chunks():
+    # 4 KiB slots: every size above a few elements takes many chunks.
+    env = base_env(MUSTER_SHM_SLOT_BYTES=4096)
+    r = run_muster(["--nproc-per-node=3", "--standalone", "--no-python", TOOL, "check"], env=env, timeout=300 * SLACK)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ok_ranks(r.stdout) == [0, 1, 2]
+
+
+def test_tcp_ring_only():
+    env = base_env(MUSTER_CPU_TRANSPORT="tcp")
+    r = run_muster(["--nproc-per-node=3", "--standalone", "--no-python", TOOL, "check"], env=env, timeout=300 * SLACK)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ok_ranks(r.stdout) == [0, 1, 2]
+    assert transports(r.stdout) == {"tcp"}
+
+
+def two_agents(nprocs, mode="check"):
+    port = free_port()
+    procs = []
+    for node, nproc in enumerate(nprocs):
+        env = base_env(MUSTER_NODE_ID=f"node{node}")
+        procs.append(start_muster([f"--nnodes={len(nprocs)}", f"--node-rank={node}", f"--nproc-per-node={nproc}",
+                                   "--master-addr=127.0.0.1", f"--master-port={port}", "--no-python", TOOL, mode],
+                                  env=env))
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300 * SLACK)
+        assert p.returncode == 0, err[-3000:]
+        outs.append(out)
+    return "".join(outs)
+
+
+def test_hierarchical_two_nodes_of_two():
+    out = two_agents([2, 2])
+    assert ok_ranks(out) == [0, 1, 2, 3]
+    assert transports(out) == {"shm+tcp"}
+
+
+def test_nodes_of_different_sizes_use_one_ring():
+    out = two_agents([2, 1])
+    assert ok_ranks(out) == [0, 1, 2]
+    assert transports(out) == {"tcp"}
+
+
+def test_topology_reported():
+    out = two_agents([2, 2], mode="info")
+    lines = sorted(line for line in out.splitlines() if line.startswith("rank="))
+    assert lines == [f"rank={r} size=4 local_rank={r % 2} local_size=2 nodes=2 transport=shm+tcp" for r in range(4)]
+
+
+def spawn_ranks(world, *args, extra=None):
+    """Ranks started directly (no launcher, so nobody stops the others when
+    one dies): rank 0 hosts the store, as torch's env:// does."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = base_env(RANK=rank, WORLD_SIZE=world, LOCAL_RANK=rank, MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                       **(extra or {}))
+        procs.append(subprocess.Popen([TOOL, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=120 * SLACK)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank hung: a dead or stalled peer must make the collective fail")
+        results.append((p.returncode, out, err))
+    return results
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_dead_peer_fails_the_collective(transport):
+    start = time.monotonic()
+    results = spawn_ranks(3, "die", "1", extra={"MUSTER_CPU_TRANSPORT": transport})
+    elapsed = time.monotonic() - start
+    assert results[1][0] == 9
+    for rank in (0, 2):
+        code, out, err = results[rank]
+        assert code == 3, (code, out, err)
+        assert "failed as expected" in out
+        assert "rank 1" in out or "rank 2" in out or "rank 0" in out
+        assert "unusable after an earlier failure" in out
+    # The group's timeout is 30 minutes: only noticing the death ends it this soon.
+    assert elapsed < 100 * SLACK
+    # The direct witnesses name the rank that died.
+    witnesses = [results[r][1] for r in (0, 2)]
+    assert any("rank 1" in w for w in witnesses), witnesses
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_stalled_peer_times_out(transport):
+    results = spawn_ranks(2, "stall", "1", "5000",
+                          extra={"MUSTER_TEST_TIMEOUT_MS": 1000, "MUSTER_CPU_TRANSPORT": transport})
+    code, out, err = results[0]
+    assert code == 4, (code, out, err)
+    assert "timed out after 1000 ms" in out
+
+
+def test_missing_environment_is_a_clear_error():
+    env = base_env(WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
+    r = subprocess.run([TOOL, "check"], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "RANK is not set" in r.stderr and "muster or torchrun" in r.stderr
+
+
+def test_unreachable_store_times_out():
+    env = base_env(RANK=1, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port(),
+                   MUSTER_TEST_TIMEOUT_MS=1500)
+    start = time.monotonic()
+    r = subprocess.run([TOOL, "check"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "cannot reach the store" in r.stderr
+    assert time.monotonic() - start < 30
