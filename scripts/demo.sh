@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The demo job: a PyTorch DDP training run (gloo, two workers) launched by muster.
+# The demo job: examples/ddp_linear, a C++ model trained data-parallel on two
+# CPU workers with libmuster, launched by muster (no Python anywhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d /tmp/muster-demo.XXXXXX)
-echo "demo: muster --standalone --nproc-per-node=2 examples/pytorch/ddp_train.py $out"
-PATH="$PWD/.venv/bin:$PATH" build/launcher/muster --standalone --nproc-per-node=2 \
-  examples/pytorch/ddp_train.py "$out"
-echo "demo: rank 0 saved $out/model.pt"
+echo "demo: muster --standalone --nproc-per-node=2 --no-python build/examples/ddp_linear/ddp_linear $out"
+build/launcher/muster --standalone --nproc-per-node=2 --no-python build/examples/ddp_linear/ddp_linear "$out"
+echo "demo: rank 0 saved $out/checkpoint.txt"
