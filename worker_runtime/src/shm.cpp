@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -80,6 +81,10 @@ ShmNode::ShmNode(const std::string& name, bool create, int local_rank, int local
     throw Error("cannot map the node's shared memory /dev/shm" + name + ": " + errno_text());
   }
   base_ = static_cast<char*>(p);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  spins_ = local_size_ <= cores ? 2048 : 0;
   if (create) store(line(0), kMagic);
   for (pid_t pid : pids_) {
     int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -140,7 +145,7 @@ void ShmNode::wait_arrived(uint64_t step, Clock::time_point deadline, const char
           if (load(arrived(j)) < step) return false;
         return true;
       },
-      [&] { check_peers(); }, deadline, std::string("waiting for this node's ranks to ") + what);
+      [&] { check_peers(); }, deadline, std::string("waiting for this node's ranks to ") + what, spins_);
 }
 
 void ShmNode::wait_done(uint64_t step, Clock::time_point deadline, const char* what) {
@@ -150,7 +155,7 @@ void ShmNode::wait_done(uint64_t step, Clock::time_point deadline, const char* w
           if (load(done(j)) < step) return false;
         return true;
       },
-      [&] { check_peers(); }, deadline, std::string("waiting for this node's ranks to ") + what);
+      [&] { check_peers(); }, deadline, std::string("waiting for this node's ranks to ") + what, spins_);
 }
 
 void ShmNode::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor, TcpRing* cross,
@@ -162,20 +167,31 @@ void ShmNode::all_reduce(void* data, std::size_t count, DataType type, ReduceOp 
     const std::size_t n = std::min(chunk, count - off);
     const uint64_t step = ++step_;
     char* mine = bytes + off * es;
-    std::memcpy(slot(step, local_rank_), mine, n * es);
-    arrive(step);
-    wait_arrived(step, deadline, "contribute to all_reduce");
     if (cross == nullptr && n * es <= kOnePhaseBytes) {
-      // Every rank reduces the whole chunk, in the same order: equal results.
+      // Small: every rank reduces the whole chunk, in the same order (equal
+      // results everywhere), with one wait instead of two.
+      std::memcpy(slot(step, local_rank_), mine, n * es);
+      arrive(step);
+      wait_arrived(step, deadline, "contribute to all_reduce");
       combine(type, op, mine, slot(step, 0), slot(step, 1), n);
       for (int j = 2; j < local_size_; ++j) combine(type, op, mine, mine, slot(step, j), n);
       finish(type, op, mine, n, divisor);
       continue;
     }
-    // Reduce-scatter in place: this rank reduces its share into its own slot.
+    // Reduce-scatter, then all-gather, through the slots. The peers read only
+    // the shares they own from this rank's slot, so this rank's own share is
+    // never copied in: it is reduced straight from the caller's buffer.
+    char* own = slot(step, local_rank_);
+    for (int j = 0; j < local_size_; ++j) {
+      if (j == local_rank_) continue;
+      auto [l, h] = share(n, j, local_size_, es);
+      if (h > l) std::memcpy(own + l * es, mine + l * es, (h - l) * es);
+    }
+    arrive(step);
+    wait_arrived(step, deadline, "contribute to all_reduce");
     auto [lo, hi] = share(n, local_rank_, local_size_, es);
     if (hi > lo) {
-      char* acc = slot(step, local_rank_) + lo * es;
+      char* acc = mine + lo * es;
       for (int j = 0; j < local_size_; ++j) {
         if (j != local_rank_) combine(type, op, acc, acc, slot(step, j) + lo * es, hi - lo);
       }
@@ -184,13 +200,14 @@ void ShmNode::all_reduce(void* data, std::size_t count, DataType type, ReduceOp 
       } else {
         finish(type, op, acc, hi - lo, divisor);
       }
+      std::memcpy(own + lo * es, acc, (hi - lo) * es);  // the result, for the peers
     } else if (cross != nullptr) {
       cross->all_reduce(nullptr, 0, type, op, divisor, deadline);
     }
     mark_done(step);
     wait_done(step, deadline, "reduce their share of all_reduce");
-    // All-gather: every share from its owner's slot.
     for (int j = 0; j < local_size_; ++j) {
+      if (j == local_rank_) continue;
       auto [l, h] = share(n, j, local_size_, es);
       if (h > l) std::memcpy(mine + l * es, slot(step, j) + l * es, (h - l) * es);
     }

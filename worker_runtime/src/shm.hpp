@@ -67,6 +67,7 @@ class ShmNode {
   std::size_t bytes_;
   char* base_ = nullptr;
   uint64_t step_ = 0;
+  int spins_ = 2048;
   std::vector<int> pidfds_;
   std::vector<pid_t> pids_;
   std::vector<int> global_ranks_;

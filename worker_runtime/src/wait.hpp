@@ -26,9 +26,11 @@ inline void cpu_relax() {
 
 // ready() -> bool; check() throws muster::Error when waiting is pointless.
 // what names the wait in the timeout message.
+// spins: how many pause instructions before the first yield (0 when the
+// waiters outnumber the cores: spinning would only delay the peer it waits for).
 template <typename Ready, typename Check>
-void wait_until(Ready&& ready, Check&& check, Clock::time_point deadline, const std::string& what) {
-  for (int i = 0; i < 4096; ++i) {
+void wait_until(Ready&& ready, Check&& check, Clock::time_point deadline, const std::string& what, int spins = 2048) {
+  for (int i = 0; i < spins; ++i) {
     if (ready()) return;
     cpu_relax();
   }

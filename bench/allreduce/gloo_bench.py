@@ -1,0 +1,32 @@
+"""bench/allreduce, the reference: torch.distributed's gloo all_reduce on CPU
+float32 tensors, the same sizes, iterations and timing as allreduce_bench."""
+import json
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    size = 4 << 10
+    while size <= 64 << 20:
+        t = torch.ones(size // 4, dtype=torch.float32)
+        iters = max(5, min(2000, (512 << 20) // size))
+        for _ in range(3):
+            dist.all_reduce(t)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        mine = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            print(json.dumps({"bytes": size, "seconds": mine.item()}), flush=True)
+        size *= 4
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
