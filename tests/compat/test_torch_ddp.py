@@ -21,13 +21,27 @@ def weights(out_dir):
     return data["world_size"], data["weights"]
 
 
+GLOO_ABORT = "terminate called without an active exception"
+
+
+def once_more_on_gloo_abort(run):
+    """Runs run(attempt); a second attempt only when a worker died of the gloo
+    abort seen now and then under load with torchrun and muster alike."""
+    r = run(0)
+    if r.returncode != 0 and GLOO_ABORT in r.stderr:
+        r = run(1)
+    return r
+
+
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_ddp_weights_are_bitwise_identical_to_torchrun(tmp_path, nproc):
     assert torchrun_path(), "torch 2.x's torchrun must be next to the test's Python"
-    m = run_muster([f"--nproc-per-node={nproc}", SCRIPT, str(tmp_path / "muster")], timeout=600)
+    m = once_more_on_gloo_abort(
+        lambda a: run_muster([f"--nproc-per-node={nproc}", SCRIPT, str(tmp_path / "muster")], timeout=600))
     assert m.returncode == 0, m.stderr
-    t = subprocess.run([torchrun_path(), f"--nproc-per-node={nproc}", SCRIPT, str(tmp_path / "torchrun")],
-                       env=base_env(), capture_output=True, text=True, timeout=600)
+    t = once_more_on_gloo_abort(
+        lambda a: subprocess.run([torchrun_path(), f"--nproc-per-node={nproc}", SCRIPT, str(tmp_path / "torchrun")],
+                                 env=base_env(), capture_output=True, text=True, timeout=600))
     assert t.returncode == 0, t.stderr
     mw, tw = weights(tmp_path / "muster"), weights(tmp_path / "torchrun")
     assert mw[0] == tw[0] == nproc
