@@ -163,9 +163,12 @@ int run_check(muster::ProcessGroup& pg) {
   check_type<float>(pg, all);
   check_type<double>(pg, all);
   check_type<int32_t>(pg, all);
-  check_type<int64_t>(pg, small);
-  check_type<muster::BFloat16>(pg, small);
-  check_type<muster::Half>(pg, small);
+  // One large size each: several chunks of the two-wait path and ring pieces.
+  std::vector<std::size_t> with_large = small;
+  with_large.push_back(300001);
+  check_type<int64_t>(pg, with_large);
+  check_type<muster::BFloat16>(pg, with_large);
+  check_type<muster::Half>(pg, with_large);
   // A big float32 all_reduce: several ring pieces and many shm chunks.
   {
     std::size_t n = (9u << 20) / 4 + 5;

@@ -321,12 +321,12 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
     if (local_rank == 0) {
       std::string name = "/muster-" + std::to_string(getpid()) + "-" + random_hex(8);
       shm = std::make_unique<detail::ShmNode>(name, true, 0, local_size, slot, pids, mine);
-      set(node_key, name);
       // The name goes once every local rank has mapped the segment: a crash
       // from here on leaves nothing in /dev/shm.
       std::vector<std::string> opened;
       for (int j = 1; j < local_size; ++j) opened.push_back("shm_open/" + std::to_string(mine[j]));
       try {
+        set(node_key, name);
         get_many(opened);
       } catch (...) {
         detail::ShmNode::unlink(name);
@@ -335,7 +335,12 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
       detail::ShmNode::unlink(name);
     } else {
       std::string name = get(node_key);
-      shm = std::make_unique<detail::ShmNode>(name, false, local_rank, local_size, slot, pids, mine);
+      try {
+        shm = std::make_unique<detail::ShmNode>(name, false, local_rank, local_size, slot, pids, mine);
+      } catch (...) {
+        detail::ShmNode::unlink(name);  // any rank may: the group cannot form anyway
+        throw;
+      }
       set("shm_open/" + std::to_string(rank), "1");
     }
   }
@@ -393,6 +398,18 @@ void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::
     int next_fd = -1, prev_fd = -1;
   };
   std::vector<RingPlan> plans;
+  // Sockets not yet handed to a TcpRing are closed if set-up throws.
+  struct PlanCloser {
+    std::vector<RingPlan>& plans;
+    bool armed = true;
+    ~PlanCloser() {
+      if (!armed) return;
+      for (auto& p : plans) {
+        if (p.next_fd >= 0) ::close(p.next_fd);
+        if (p.prev_fd >= 0) ::close(p.prev_fd);
+      }
+    }
+  } plan_closer{plans};
   {
     RingPlan flat_plan{0, {}, rank};
     for (int r = 0; r < world; ++r) flat_plan.members.push_back(r);
@@ -421,8 +438,24 @@ void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::
     std::string why;
     auto backoff = std::chrono::milliseconds(20);
     while (fd < 0) {
-      fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+      fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) {
+        std::string e = std::strerror(errno);
+        freeaddrinfo(res);
+        throw Error("muster: cannot open a socket to rank " + std::to_string(next) + ": " + e);
+      }
+      // Non-blocking, so a peer that drops packets costs no more than the deadline.
+      int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) {
+        pollfd pf{fd, POLLOUT, 0};
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+        int soerr = ETIMEDOUT;
+        socklen_t len = sizeof soerr;
+        if (left > 0 && ::poll(&pf, 1, static_cast<int>(left)) == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+        rc = soerr == 0 ? 0 : -1;
+        errno = soerr;
+      }
+      if (rc != 0) {
         why = std::strerror(errno);
         ::close(fd);
         fd = -1;
@@ -436,11 +469,10 @@ void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::
       throw TimeoutError("muster: rank " + std::to_string(rank) + " cannot connect to rank " + std::to_string(next) +
                          " at " + a + ": " + why + " (a firewall? set MUSTER_ADVERTISE_ADDR to an address peers reach)");
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    p.next_fd = fd;
     tune_socket(fd);
     Hello h{kHelloMagic, p.id, static_cast<uint32_t>(rank), token};
     write_all_until(fd, &h, sizeof h, until);
-    p.next_fd = fd;
   }
   // Accept one connection per ring, from its previous member.
   std::size_t missing = plans.size();
@@ -472,8 +504,10 @@ void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::
   }
   for (auto& p : plans) {
     auto ring = std::make_unique<detail::TcpRing>(p.members, p.position, p.next_fd, p.prev_fd, nullptr);
+    p.next_fd = p.prev_fd = -1;  // the ring owns them now
     (p.id == 0 ? flat : cross) = std::move(ring);
   }
+  plan_closer.armed = false;
   if (!cross && !shm) cross_is_flat = true;
 }
 

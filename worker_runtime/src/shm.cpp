@@ -59,9 +59,16 @@ ShmNode::ShmNode(const std::string& name, bool create, int local_rank, int local
                   : shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) {
     throw Error("cannot " + std::string(create ? "create" : "open") + " the node's shared memory /dev/shm" + name +
-                ": " + errno_text() + (create ? "; check that /dev/shm is mounted and has room" : ""));
+                ": " + errno_text() +
+                (create ? "; check that /dev/shm is mounted and has room"
+                        : "; ranks that share a host name and boot id but not /dev/shm (containers on one host) "
+                          "need MUSTER_NODE_ID set per container, or MUSTER_CPU_TRANSPORT=tcp"));
   }
-  if (create && ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+  // posix_fallocate reserves the pages: a full tmpfs is an error here, not a
+  // SIGBUS in the first collective.
+  int alloc = create ? posix_fallocate(fd, 0, static_cast<off_t>(bytes_)) : 0;
+  if (create && alloc != 0) errno = alloc;
+  if (create && (alloc != 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0)) {
     std::string why = errno_text();
     ::close(fd);
     shm_unlink(name.c_str());
@@ -69,7 +76,12 @@ ShmNode::ShmNode(const std::string& name, bool create, int local_rank, int local
                 " bytes: " + why + "; /dev/shm may be too small (MUSTER_SHM_SLOT_BYTES makes it smaller)");
   }
   struct stat st {};
-  if (!create && (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes_)) {
+  if (!create && fstat(fd, &st) != 0) {
+    std::string why = errno_text();
+    ::close(fd);
+    throw Error("cannot read the size of the node's shared memory /dev/shm" + name + ": " + why);
+  }
+  if (!create && static_cast<std::size_t>(st.st_size) != bytes_) {
     ::close(fd);
     throw Error("the node's shared memory /dev/shm" + name + " has " + std::to_string(st.st_size) +
                 " bytes, expected " + std::to_string(bytes_) + " (ranks disagree on MUSTER_SHM_SLOT_BYTES?)");
@@ -244,7 +256,11 @@ void ShmNode::reduce_scatter(const void* in, void* out, std::size_t count, DataT
                              Clock::time_point deadline) {
   const std::size_t es = element_size(type);
   // Each step carries a piece of every block: local_size pieces per slot.
-  const std::size_t piece = std::max<std::size_t>(1, slot_bytes_ / es / local_size_);
+  if (slot_bytes_ / es < static_cast<std::size_t>(local_size_)) {
+    throw Error("reduce_scatter needs room for one element per local rank in each slot: raise MUSTER_SHM_SLOT_BYTES "
+                "above " + std::to_string(slot_bytes_) + " for " + std::to_string(local_size_) + " ranks");
+  }
+  const std::size_t piece = slot_bytes_ / es / local_size_;
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   for (std::size_t off = 0; off < count; off += piece) {
