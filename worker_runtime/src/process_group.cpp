@@ -170,7 +170,6 @@ struct ProcessGroup::Impl {
   std::unique_ptr<detail::ShmNode> shm;
   std::unique_ptr<detail::TcpRing> flat;   // every rank, in rank order (when nodes > 1)
   std::unique_ptr<detail::TcpRing> cross;  // this local index on every node (hierarchical all_reduce)
-  bool cross_is_flat = false;
 
   std::string broken;
   bool destroyed = false;
@@ -503,12 +502,11 @@ void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::
     --missing;
   }
   for (auto& p : plans) {
-    auto ring = std::make_unique<detail::TcpRing>(p.members, p.position, p.next_fd, p.prev_fd, nullptr);
+    auto ring = std::make_unique<detail::TcpRing>(p.members, p.position, p.next_fd, p.prev_fd);
     p.next_fd = p.prev_fd = -1;  // the ring owns them now
     (p.id == 0 ? flat : cross) = std::move(ring);
   }
   plan_closer.armed = false;
-  if (!cross && !shm) cross_is_flat = true;
 }
 
 ProcessGroup ProcessGroup::create(const ProcessGroupOptions& options) {
@@ -532,7 +530,7 @@ int ProcessGroup::restart_count() const { return impl().restart; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl().timeout; }
 std::string ProcessGroup::transport() const { return impl().transport; }
 
-void ProcessGroup::check_span_sizes(const char* what, std::size_t small, std::size_t big, bool) const {
+void ProcessGroup::check_span_sizes(const char* what, std::size_t small, std::size_t big) const {
   if (big != small * static_cast<std::size_t>(size())) {
     throw Error(std::string("muster: ") + what + ": the larger buffer must hold size() = " + std::to_string(size()) +
                 " times the smaller one's " + std::to_string(small) + " elements, it holds " + std::to_string(big));
@@ -587,9 +585,8 @@ void ProcessGroup::all_reduce(void* data, std::size_t count, DataType type, Redu
     const int divisor = op == ReduceOp::avg ? g.world : 1;
     auto until = g.deadline();
     if (g.world == 1) return;
-    if (g.shm && g.nodes == 1) {
-      g.shm->all_reduce(data, count, type, op, divisor, nullptr, until);
-    } else if (g.shm) {
+    if (g.shm) {
+      // cross is set when there are other nodes: hierarchical.
       g.shm->all_reduce(data, count, type, op, divisor, g.cross.get(), until);
     } else {
       g.flat->all_reduce(data, count, type, op, divisor, until);

@@ -17,10 +17,11 @@ namespace {
 constexpr std::size_t kMaxSegmentBytes = 4 << 20;
 // Reduce a received piece once this much of it has arrived.
 constexpr std::size_t kReduceGrain = 64 << 10;
+constexpr auto nothing = [](std::size_t) {};
 }  // namespace
 
-TcpRing::TcpRing(std::vector<int> members, int position, int next_fd, int prev_fd, std::function<void()> check)
-    : members_(std::move(members)), position_(position), next_fd_(next_fd), prev_fd_(prev_fd), check_(std::move(check)) {}
+TcpRing::TcpRing(std::vector<int> members, int position, int next_fd, int prev_fd)
+    : members_(std::move(members)), position_(position), next_fd_(next_fd), prev_fd_(prev_fd) {}
 
 TcpRing::~TcpRing() {
   if (next_fd_ >= 0) ::close(next_fd_);
@@ -38,11 +39,10 @@ void TcpRing::peer_failed(bool sending, const std::string& why, const char* what
               "): that rank exited or failed");
 }
 
-void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::size_t recv_len,
-                       const std::function<void(std::size_t)>& on_recv, Clock::time_point deadline,
-                       const char* what) {
+template <typename OnRecv>
+void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::size_t recv_len, OnRecv&& on_recv,
+                       Clock::time_point deadline, const char* what) {
   std::size_t sent = 0, got = 0;
-  auto next_check = Clock::now() + std::chrono::milliseconds(100);
   while (sent < send_len || got < recv_len) {
     // Try without waiting first: most calls find the socket ready.
     bool progressed = false;
@@ -59,7 +59,7 @@ void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::
       ssize_t n = ::recv(prev_fd_, recv + got, recv_len - got, MSG_DONTWAIT);
       if (n > 0) {
         got += static_cast<std::size_t>(n);
-        if (on_recv) on_recv(got);
+        on_recv(got);
         progressed = true;
       } else if (n == 0) {
         peer_failed(false, "end of stream", what);
@@ -69,19 +69,31 @@ void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::
     }
     if (progressed) continue;
     auto now = Clock::now();
-    if (now >= next_check) {
-      if (check_) check_();
-      next_check = now + std::chrono::milliseconds(100);
-    }
     if (now >= deadline) throw TimeoutError(std::string("waiting for the ring's peers during ") + what);
     pollfd fds[2];
     int nfds = 0;
     if (sent < send_len) fds[nfds++] = {next_fd_, POLLOUT, 0};
     if (got < recv_len) fds[nfds++] = {prev_fd_, POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline, next_check) - now).count();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
     int rc = ::poll(fds, nfds, static_cast<int>(std::max<long long>(1, left)));
     if (rc < 0 && errno != EINTR) throw Error(std::string("poll failed during ") + what + ": " + std::strerror(errno));
   }
+}
+
+void TcpRing::send_and_reduce(const char* send, std::size_t send_count, char* target, std::size_t recv_count,
+                              DataType type, ReduceOp op, Clock::time_point deadline, const char* what) {
+  const std::size_t es = element_size(type);
+  if (scratch_.size() < recv_count * es) scratch_.resize(recv_count * es);
+  std::size_t reduced = 0;
+  // Reduce what has arrived in grains, while the rest is still on its way.
+  auto on_recv = [&](std::size_t got_bytes) {
+    std::size_t ready = got_bytes / es;
+    if (ready - reduced >= kReduceGrain / es || ready == recv_count) {
+      combine(type, op, target + reduced * es, target + reduced * es, scratch_.data() + reduced * es, ready - reduced);
+      reduced = ready;
+    }
+  };
+  exchange(send, send_count * es, scratch_.data(), recv_count * es, on_recv, deadline, what);
 }
 
 std::pair<std::size_t, std::size_t> TcpRing::segment(std::size_t count, int k) const {
@@ -109,18 +121,7 @@ void TcpRing::all_reduce(void* data, std::size_t count, DataType type, ReduceOp 
     for (int s = 0; s < n - 1; ++s) {
       auto [so, sl] = segment(len, mod(position_ - s));
       auto [ro, rl] = segment(len, mod(position_ - s - 1));
-      if (scratch_.size() < rl * es) scratch_.resize(rl * es);
-      char* target = buf + ro * es;
-      std::size_t reduced = 0;
-      auto on_recv = [&](std::size_t got_bytes) {
-        std::size_t ready = got_bytes / es;
-        if (ready - reduced >= kReduceGrain / es || ready == rl) {
-          combine(type, op, target + reduced * es, target + reduced * es, scratch_.data() + reduced * es,
-                  ready - reduced);
-          reduced = ready;
-        }
-      };
-      exchange(buf + so * es, sl * es, scratch_.data(), rl * es, on_recv, deadline, "all_reduce");
+      send_and_reduce(buf + so * es, sl, buf + ro * es, rl, type, op, deadline, "all_reduce");
     }
     auto [oo, ol] = segment(len, mod(position_ + 1));
     finish(type, op, buf + oo * es, ol, divisor);
@@ -128,7 +129,7 @@ void TcpRing::all_reduce(void* data, std::size_t count, DataType type, ReduceOp 
     for (int s = 0; s < n - 1; ++s) {
       auto [so, sl] = segment(len, mod(position_ + 1 - s));
       auto [ro, rl] = segment(len, mod(position_ - s));
-      exchange(buf + so * es, sl * es, buf + ro * es, rl * es, nullptr, deadline, "all_reduce");
+      exchange(buf + so * es, sl * es, buf + ro * es, rl * es, nothing, deadline, "all_reduce");
     }
   }
 }
@@ -138,7 +139,7 @@ void TcpRing::all_gather_in_place(void* out, std::size_t bytes, Clock::time_poin
   const int n = size();
   for (int s = 0; s < n - 1; ++s) {
     int sb = mod(position_ - s), rb = mod(position_ - s - 1);
-    exchange(o + sb * bytes, bytes, o + rb * bytes, bytes, nullptr, deadline, "all_gather");
+    exchange(o + sb * bytes, bytes, o + rb * bytes, bytes, nothing, deadline, "all_gather");
   }
 }
 
@@ -148,22 +149,12 @@ void TcpRing::reduce_scatter(const void* in, void* out, std::size_t count, DataT
   const int n = size();
   const std::size_t block = count * es;
   std::vector<char> work(static_cast<const char*>(in), static_cast<const char*>(in) + block * n);
-  if (scratch_.size() < block) scratch_.resize(block);
   // The same schedule as all_reduce's first half, shifted by one so that this
   // rank ends with its own block.
   for (int s = 0; s < n - 1; ++s) {
     int sb = mod(position_ - s - 1), rb = mod(position_ - s - 2);
-    char* target = work.data() + rb * block;
-    std::size_t reduced = 0;
-    auto on_recv = [&](std::size_t got_bytes) {
-      std::size_t ready = got_bytes / es;
-      if (ready - reduced >= kReduceGrain / es || ready == count) {
-        combine(type, op, target + reduced * es, target + reduced * es, scratch_.data() + reduced * es,
-                ready - reduced);
-        reduced = ready;
-      }
-    };
-    exchange(work.data() + sb * block, block, scratch_.data(), block, on_recv, deadline, "reduce_scatter");
+    send_and_reduce(work.data() + sb * block, count, work.data() + rb * block, count, type, op, deadline,
+                    "reduce_scatter");
   }
   char* mine = work.data() + position_ * block;
   finish(type, op, mine, count, divisor);
@@ -175,8 +166,8 @@ void TcpRing::broadcast(void* data, std::size_t bytes, int root, Clock::time_poi
   const bool last = mod(position_ + 1) == root;
   for (std::size_t off = 0; off < bytes; off += kMaxSegmentBytes) {
     std::size_t len = std::min(kMaxSegmentBytes, bytes - off);
-    if (position_ != root) exchange(nullptr, 0, p + off, len, nullptr, deadline, "broadcast");
-    if (!last) exchange(p + off, len, nullptr, 0, nullptr, deadline, "broadcast");
+    if (position_ != root) exchange(nullptr, 0, p + off, len, nothing, deadline, "broadcast");
+    if (!last) exchange(p + off, len, nullptr, 0, nothing, deadline, "broadcast");
   }
 }
 

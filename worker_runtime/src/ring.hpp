@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,8 +18,8 @@ class TcpRing {
  public:
   // members: global ranks in ring order; position: this rank's index in it.
   // next_fd / prev_fd: connected sockets (the same peer when size is 2, but
-  // two sockets). check: throws when the group was aborted elsewhere.
-  TcpRing(std::vector<int> members, int position, int next_fd, int prev_fd, std::function<void()> check);
+  // two sockets). A failure elsewhere reaches a ring as its sockets closing.
+  TcpRing(std::vector<int> members, int position, int next_fd, int prev_fd);
   ~TcpRing();
   TcpRing(const TcpRing&) = delete;
   TcpRing& operator=(const TcpRing&) = delete;
@@ -42,8 +41,13 @@ class TcpRing {
  private:
   // Sends send_len bytes to next while receiving recv_len bytes from prev;
   // on_recv(done_bytes) is called as received bytes accumulate.
-  void exchange(const char* send, std::size_t send_len, char* recv, std::size_t recv_len,
-                const std::function<void(std::size_t)>& on_recv, Clock::time_point deadline, const char* what);
+  template <typename OnRecv>
+  void exchange(const char* send, std::size_t send_len, char* recv, std::size_t recv_len, OnRecv&& on_recv,
+                Clock::time_point deadline, const char* what);
+  // One reduce step: sends send_count elements, and reduces the recv_count
+  // elements arriving from prev into target.
+  void send_and_reduce(const char* send, std::size_t send_count, char* target, std::size_t recv_count, DataType type,
+                       ReduceOp op, Clock::time_point deadline, const char* what);
   std::pair<std::size_t, std::size_t> segment(std::size_t count, int k) const;
   int mod(int v) const { return ((v % size()) + size()) % size(); }
   [[noreturn]] void peer_failed(bool sending, const std::string& why, const char* what);
@@ -52,7 +56,6 @@ class TcpRing {
   int position_;
   int next_fd_;
   int prev_fd_;
-  std::function<void()> check_;
   std::vector<char> scratch_;
 };
 

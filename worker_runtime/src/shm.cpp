@@ -150,24 +150,23 @@ void ShmNode::check_peers() {
 void ShmNode::arrive(uint64_t step) { store(arrived(local_rank_), step); }
 void ShmNode::mark_done(uint64_t step) { store(done(local_rank_), step); }
 
-void ShmNode::wait_arrived(uint64_t step, Clock::time_point deadline, const char* what) {
+void ShmNode::wait_all(uint64_t* (ShmNode::*counter)(int) const, uint64_t step, Clock::time_point deadline,
+                       const char* what) {
   wait_until(
       [&] {
         for (int j = 0; j < local_size_; ++j)
-          if (load(arrived(j)) < step) return false;
+          if (load((this->*counter)(j)) < step) return false;
         return true;
       },
-      [&] { check_peers(); }, deadline, std::string("waiting for this node's ranks to ") + what, spins_);
+      [&] { check_peers(); }, deadline, [&] { return std::string("waiting for this node's ranks to ") + what; },
+      spins_);
 }
 
+void ShmNode::wait_arrived(uint64_t step, Clock::time_point deadline, const char* what) {
+  wait_all(&ShmNode::arrived, step, deadline, what);
+}
 void ShmNode::wait_done(uint64_t step, Clock::time_point deadline, const char* what) {
-  wait_until(
-      [&] {
-        for (int j = 0; j < local_size_; ++j)
-          if (load(done(j)) < step) return false;
-        return true;
-      },
-      [&] { check_peers(); }, deadline, std::string("waiting for this node's ranks to ") + what, spins_);
+  wait_all(&ShmNode::done, step, deadline, what);
 }
 
 void ShmNode::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor, TcpRing* cross,

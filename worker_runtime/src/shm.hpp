@@ -60,6 +60,8 @@ class ShmNode {
   void mark_done(uint64_t step);
   void wait_done(uint64_t step, Clock::time_point deadline, const char* what);
   void check_peers();
+  // Until every local rank's counter (arrived or done) reaches step.
+  void wait_all(uint64_t* (ShmNode::*counter)(int) const, uint64_t step, Clock::time_point deadline, const char* what);
 
   int local_rank_;
   int local_size_;

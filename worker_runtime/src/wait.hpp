@@ -25,11 +25,11 @@ inline void cpu_relax() {
 }
 
 // ready() -> bool; check() throws muster::Error when waiting is pointless.
-// what names the wait in the timeout message.
+// what() names the wait in the timeout message (built only on a timeout).
 // spins: how many pause instructions before the first yield (0 when the
 // waiters outnumber the cores: spinning would only delay the peer it waits for).
-template <typename Ready, typename Check>
-void wait_until(Ready&& ready, Check&& check, Clock::time_point deadline, const std::string& what, int spins = 2048) {
+template <typename Ready, typename Check, typename What>
+void wait_until(Ready&& ready, Check&& check, Clock::time_point deadline, What&& what, int spins = 2048) {
   for (int i = 0; i < spins; ++i) {
     if (ready()) return;
     cpu_relax();
@@ -46,7 +46,7 @@ void wait_until(Ready&& ready, Check&& check, Clock::time_point deadline, const 
     }
     if (now >= deadline) {
       if (ready()) return;
-      throw TimeoutError(what);
+      throw TimeoutError(what());
     }
     if (now - start < std::chrono::milliseconds(2)) {
       sched_yield();

@@ -138,12 +138,12 @@ class ProcessGroup {
   }
   template <typename T>
   void all_gather(std::span<const T> in, std::span<T> out) {
-    check_span_sizes("all_gather", in.size(), out.size(), true);
+    check_span_sizes("all_gather", in.size(), out.size());
     all_gather(in.data(), out.data(), in.size(), data_type_of<T>());
   }
   template <typename T>
   void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::sum) {
-    check_span_sizes("reduce_scatter", out.size(), in.size(), true);
+    check_span_sizes("reduce_scatter", out.size(), in.size());
     reduce_scatter(in.data(), out.data(), out.size(), data_type_of<T>(), op);
   }
 
@@ -160,7 +160,7 @@ class ProcessGroup {
  private:
   explicit ProcessGroup(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   Impl& impl() const;
-  void check_span_sizes(const char* what, std::size_t small, std::size_t big, bool times_size) const;
+  void check_span_sizes(const char* what, std::size_t small, std::size_t big) const;
   std::shared_ptr<Impl> impl_;
 };
 
