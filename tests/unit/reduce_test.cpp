@@ -1,6 +1,7 @@
 // libmuster's reduction kernels and 16-bit float conversions.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,16 +15,8 @@ using muster::Half;
 using muster::ReduceOp;
 
 namespace {
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
 }  // namespace
 
 TEST_CASE("Half round-trips every finite binary16 value exactly") {

@@ -1,6 +1,7 @@
 #include "reduce.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -8,16 +9,8 @@
 namespace muster {
 
 namespace {
-uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+uint32_t float_bits(float f) { return std::bit_cast<uint32_t>(f); }
+float bits_float(uint32_t u) { return std::bit_cast<float>(u); }
 }  // namespace
 
 BFloat16::BFloat16(float f) {
