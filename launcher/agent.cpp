@@ -180,7 +180,7 @@ void Agent::apply(const std::vector<Action>& actions) {
     } else if (const auto* rf = std::get_if<action::ReportFailure>(&a)) {
       report_to_rendezvous_failure(rf->local_rank);
     } else if (std::holds_alternative<action::ReportSuccess>(a)) {
-      rdzv_->send({{"type", "workers_succeeded"}, {"v", rendezvous::kProtocolVersion}, {"round", round_}});
+      rdzv_->send(rendezvous::to_json(rendezvous::WorkersSucceededMessage{round_}));
     } else if (std::holds_alternative<action::WorkersStopped>(a)) {
       // Workers down: do what the rendezvous ordered, or wait for its word.
       if (after_stop_ == AfterStop::rejoin) {
@@ -322,7 +322,7 @@ void Agent::finish(int exit_code) {
   signals_.cancel();
   if (rdzv_) {
     if (core_.stop_reason() == StopReason::signal) {
-      rdzv_->send({{"type", "leave"}, {"v", rendezvous::kProtocolVersion}});
+      rdzv_->send(rendezvous::leave_message());
     }
     rdzv_->close();
   }

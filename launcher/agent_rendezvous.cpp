@@ -211,44 +211,49 @@ void Agent::stop_then(AfterStop next, int exit_code) {
   apply(core_.on_stop_order());
 }
 
-void Agent::on_rendezvous_message(const json& m) {
+void Agent::on_rendezvous_message(const json& raw) {
   if (finished_) return;
-  const std::string type = m["type"].get<std::string>();
-  if (type == "assign") {
-    round_ = m.value("round", 0);
+  auto decoded = rendezvous::server_message_from_json(raw);
+  if (!decoded.ok()) {
+    return on_rendezvous_error(Status(Code::io_error, "the rendezvous at " + rdzv_->address() +
+                                                          " sent a message this agent cannot use: " +
+                                                          decoded.status().message()));
+  }
+  const auto& m = decoded.value();
+  if (const auto* a = std::get_if<rendezvous::out::Assign>(&m)) {
+    round_ = a->round;
     group_.role = cfg_.role;
-    group_.group_rank = m.value("group_rank", 0);
-    group_.group_world_size = m.value("group_world_size", 1);
+    group_.group_rank = a->group_rank;
+    group_.group_world_size = a->group_world_size;
     group_.local_world_size = cfg_.nproc_per_node;
-    group_.base_global_rank = m.value("base_global_rank", 0);
-    group_.global_world_size = m.value("global_world_size", 1);
-    group_.base_role_rank = m.value("base_role_rank", 0);
-    group_.role_world_size = m.value("role_world_size", 1);
-    group_.master_addr = m.value("master_addr", std::string());
-    group_.master_port = m.value("master_port", 0);
+    group_.base_global_rank = a->ranks.base_global_rank;
+    group_.global_world_size = a->ranks.global_world_size;
+    group_.base_role_rank = a->ranks.base_role_rank;
+    group_.role_world_size = a->ranks.role_world_size;
+    group_.master_addr = a->master_addr;
+    group_.master_port = a->master_port;
     group_.use_agent_store = true;
     group_.run_id = cfg_.rdzv_id;
     group_.max_restarts = cfg_.max_restarts;
     log::info("[" + cfg_.role + "] Rendezvous complete for workers. Result:\n  restart_count=" +
-              std::to_string(m.value("restart_count", 0)) + "\n  master_addr=" + group_.master_addr +
+              std::to_string(a->restart_count) + "\n  master_addr=" + group_.master_addr +
               "\n  master_port=" + std::to_string(group_.master_port) + "\n  group_rank=" +
               std::to_string(group_.group_rank) + "\n  group_world_size=" + std::to_string(group_.group_world_size));
-    apply(core_.on_assignment(m.value("restart_count", 0)));
-  } else if (type == "restart") {
-    log::warning("[" + cfg_.role + "] the job re-forms (" + m.value("reason", std::string()) +
+    apply(core_.on_assignment(a->restart_count));
+  } else if (const auto* r = std::get_if<rendezvous::out::Restart>(&m)) {
+    log::warning("[" + cfg_.role + "] the job re-forms (" + rendezvous::log_excerpt(r->reason, 1000) +
                  "); will restart worker group");
     stop_then(AfterStop::rejoin, 1);
-  } else if (type == "finished") {
-    bool success = m.value("success", false);
-    if (!success && m.contains("root_cause")) {
-      auto root = rendezvous::failure_from_json(m["root_cause"]);
-      if (root.ok()) job_root_cause_ = root.value();
-    }
-    if (!success) log::error("[" + cfg_.role + "] the job failed: " + m.value("message", std::string()));
-    stop_then(AfterStop::finish, success ? 0 : 1);
-  } else if (type == "reject" || type == "error") {
-    on_rendezvous_error(Status(Code::unavailable, "the rendezvous at " + rdzv_->address() + " refused this node: " +
-                                                      m.value("message", std::string())));
+  } else if (const auto* f = std::get_if<rendezvous::out::Finished>(&m)) {
+    if (!f->success && f->root_cause) job_root_cause_ = *f->root_cause;
+    if (!f->success) log::error("[" + cfg_.role + "] the job failed: " + rendezvous::log_excerpt(f->message, 1000));
+    stop_then(AfterStop::finish, f->success ? 0 : 1);
+  } else {
+    const std::string& text = std::holds_alternative<rendezvous::out::Reject>(m)
+                                  ? std::get<rendezvous::out::Reject>(m).message
+                                  : std::get<rendezvous::ErrorMessage>(m).message;
+    on_rendezvous_error(Status(Code::unavailable, "the rendezvous at " + rdzv_->address() +
+                                                      " refused this node: " + rendezvous::log_excerpt(text, 2000)));
   }
 }
 
@@ -269,12 +274,12 @@ void Agent::report_to_rendezvous_failure(int local_rank) {
   f.exitcode = it != exits_.end() ? it->second.status.torch_exitcode() : 1;
   auto pf = make_process_failure(f.global_rank, local_rank, pid, f.exitcode, error_files_[local_rank],
                                  static_cast<long long>(time(nullptr)), false);
-  f.message = pf.message;
-  f.timestamp = pf.timestamp;
-  rdzv_->send({{"type", "workers_failed"},
-               {"v", rendezvous::kProtocolVersion},
-               {"round", round_},
-               {"failure", rendezvous::to_json(f)}});
+  // The protocol's limit on text; an error file can hold more.
+  f.message = pf.message.size() > rendezvous::kMaxTextLength
+                  ? pf.message.substr(0, rendezvous::kMaxTextLength - 32) + " ... (truncated)"
+                  : pf.message;
+  f.timestamp = std::max<long long>(0, pf.timestamp);
+  rdzv_->send(rendezvous::to_json(rendezvous::WorkersFailedMessage{round_, f}));
 }
 
 // The job-wide report: the first failing rank of the job (on whichever node)

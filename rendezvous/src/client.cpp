@@ -137,7 +137,7 @@ void RendezvousClient::heartbeat_loop(Duration interval) {
   heartbeat_timer_.expires_after(interval);
   heartbeat_timer_.async_wait([self, interval](const boost::system::error_code& ec) {
     if (ec || self->closed_) return;
-    self->send({{"type", "heartbeat"}, {"v", kProtocolVersion}});
+    self->send(heartbeat_message());
     self->heartbeat_loop(interval);
   });
 }

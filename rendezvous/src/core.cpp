@@ -62,7 +62,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
   by_name_[request.node_name] = member;
   m.request = request;
   m.last_seen = now;
-  m.join_deadline = now + settings_.join_timeout;
+  m.join_deadline = saturating_add(now, settings_.join_timeout);
   m.done = false;
 
   const auto max = static_cast<std::size_t>(settings_.max_nodes);
@@ -71,7 +71,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     if (participants_.count(member) || participants_.size() < max) {
       participants_.insert(member);
       waiting_.erase(member);
-      if (participants_.size() >= min) last_call_ = now + settings_.last_call_timeout;
+      if (participants_.size() >= min) last_call_ = saturating_add(now, settings_.last_call_timeout);
       if (participants_.size() == max) complete_round(out);
     } else {
       waiting_.insert(member);
@@ -125,7 +125,7 @@ void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std:
   ++round_;
   if (counts) ++restart_count_;
   // Everyone gets a full join_timeout for the new round.
-  for (auto& [id, m] : members_) m.join_deadline = now + settings_.join_timeout;
+  for (auto& [id, m] : members_) m.join_deadline = saturating_add(now, settings_.join_timeout);
   for (MemberId id : ranked_) {
     if (members_.count(id)) out.push_back(out::Restart{id, round_, counts, reason});
   }
@@ -224,7 +224,7 @@ std::vector<Output> Rendezvous::drop(MemberId member, TimePoint now, const std::
 void Rendezvous::remove_dead(TimePoint now, std::vector<Output>& out) {
   std::vector<MemberId> dead;
   for (const auto& [id, m] : members_) {
-    if (now - m.last_seen >= settings_.dead_after()) dead.push_back(id);
+    if (now >= saturating_add(m.last_seen, settings_.dead_after())) dead.push_back(id);
   }
   for (MemberId id : dead) {
     auto more = drop(id, now, "stopped answering for " + seconds_text(settings_.dead_after()));
@@ -285,7 +285,7 @@ std::optional<TimePoint> Rendezvous::next_deadline() const {
   };
   if (state_ == State::forming && last_call_ && !settings_.static_ranks) consider(*last_call_);
   for (const auto& [id, m] : members_) {
-    consider(m.last_seen + settings_.dead_after());
+    consider(saturating_add(m.last_seen, settings_.dead_after()));
     bool pending = waiting_.count(id) || state_ == State::forming;
     if (pending) consider(m.join_deadline);
   }

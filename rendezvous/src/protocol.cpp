@@ -1,11 +1,15 @@
 #include "muster/rendezvous/protocol.hpp"
 
+#include <limits>
+
 namespace muster::rendezvous {
 
 using nlohmann::json;
 
 std::string encode_frame(const json& message) {
-  std::string payload = message.dump();
+  // Text that came from elsewhere (a worker's error file, a host name) may not
+  // be UTF-8: replace bad bytes rather than throw.
+  std::string payload = message.dump(-1, ' ', false, json::error_handler_t::replace);
   auto n = static_cast<uint32_t>(payload.size());
   std::string out;
   out.reserve(payload.size() + 4);
@@ -28,20 +32,59 @@ Result<std::optional<std::string>> FrameReader::next() {
   if (buffer_.size() - offset_ - 4 < n) return std::optional<std::string>{};
   std::string payload = buffer_.substr(offset_ + 4, n);
   offset_ += 4 + n;
-  if (offset_ > 65536 && offset_ * 2 > buffer_.size()) {
+  if (offset_ == buffer_.size()) {
+    buffer_.clear();
+    offset_ = 0;
+  } else if (offset_ > 65536 && offset_ * 2 > buffer_.size()) {
     buffer_.erase(0, offset_);
     offset_ = 0;
   }
   return std::optional<std::string>(std::move(payload));
 }
 
+int json_depth(std::string_view text, int limit) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 Result<json> parse_message(std::string_view payload) {
+  // Checked before parsing: a deep value would make every later copy recurse.
+  if (json_depth(payload, kMaxJsonDepth) > kMaxJsonDepth) {
+    return invalid_argument("the message nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   json j = json::parse(payload, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return invalid_argument("the message is not a JSON object");
-  if (!j.contains("type") || !j["type"].is_string()) return invalid_argument("the message has no \"type\"");
-  if (!j.contains("v") || !j["v"].is_number_integer()) return invalid_argument("the message has no protocol \"v\"");
-  if (j["v"].get<int>() != kProtocolVersion) {
-    return invalid_argument("protocol version " + std::to_string(j["v"].get<int>()) + " is not supported (this is " +
+  auto type = j.find("type");
+  if (type == j.end() || !type->is_string()) return invalid_argument("the message has no \"type\"");
+  if (type->get_ref<const std::string&>().size() > kMaxNameLength) {
+    return invalid_argument("the message's \"type\" is over " + std::to_string(kMaxNameLength) + " bytes");
+  }
+  auto v = j.find("v");
+  if (v == j.end() || !(v->is_number_integer() || v->is_number_unsigned())) {
+    return invalid_argument("the message has no protocol \"v\"");
+  }
+  bool same = v->is_number_unsigned() ? v->get<uint64_t>() == static_cast<uint64_t>(kProtocolVersion)
+                                      : v->get<int64_t>() == kProtocolVersion;
+  if (!same) {
+    return invalid_argument("protocol version " + log_excerpt(v->dump(), 32) + " is not supported (this is " +
                             std::to_string(kProtocolVersion) + "); use agents and daemon of the same release");
   }
   return j;
@@ -49,19 +92,105 @@ Result<json> parse_message(std::string_view payload) {
 
 namespace {
 
-long long ms(Duration d) { return d.count(); }
+// Reads typed fields of one JSON object, remembering the first error; each
+// getter reports whether the field was there and valid.
+class Fields {
+ public:
+  Fields(const json& j, std::string what) : j_(j), what_(std::move(what)) {
+    if (!j_.is_object()) fail("", "must be an object");
+  }
 
-template <typename T>
-bool read(const json& j, const char* key, T& out) {
-  auto it = j.find(key);
-  if (it == j.end()) return true;
-  try {
-    out = it->get<T>();
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+
+  // An integer in [min, max]; floats (1.5, 1e300) and out-of-range values are refused.
+  template <typename T>
+  bool integer(const char* key, long long min, long long max, T& out, bool required = true) {
+    const json* v = find(key, required);
+    if (v == nullptr) return false;
+    long long value = 0;
+    if (v->is_number_integer() && !v->is_number_unsigned()) {
+      value = v->get<int64_t>();
+    } else if (v->is_number_unsigned()) {
+      uint64_t u = v->get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<long long>::max())) return range(key, min, max, v);
+      value = static_cast<long long>(u);
+    } else {
+      return fail(key, "must be an integer, got " + log_excerpt(v->dump(), 40));
+    }
+    if (value < min || value > max) return range(key, min, max, v);
+    out = static_cast<T>(value);
     return true;
-  } catch (const json::exception&) {
+  }
+
+  bool string(const char* key, std::size_t max_length, std::string& out, bool required = true) {
+    const json* v = find(key, required);
+    if (v == nullptr) return false;
+    if (!v->is_string()) return fail(key, "must be a string, got " + log_excerpt(v->dump(), 40));
+    const auto& s = v->get_ref<const std::string&>();
+    if (s.size() > max_length) {
+      return fail(key, "is " + std::to_string(s.size()) + " bytes, over the limit of " + std::to_string(max_length));
+    }
+    out = s;
+    return true;
+  }
+
+  bool boolean(const char* key, bool& out, bool required = true) {
+    const json* v = find(key, required);
+    if (v == nullptr) return false;
+    if (!v->is_boolean()) return fail(key, "must be true or false, got " + log_excerpt(v->dump(), 40));
+    out = v->get<bool>();
+    return true;
+  }
+
+  bool duration(const char* key, long long min_ms, Duration& out, bool required = true) {
+    long long ms = 0;
+    if (!integer(key, min_ms, kMaxTimeoutMs, ms, required)) return false;
+    out = Duration(ms);
+    return true;
+  }
+
+  const json* object(const char* key, bool required = true) {
+    const json* v = find(key, required);
+    if (v == nullptr) return nullptr;
+    if (!v->is_object()) {
+      fail(key, "must be an object");
+      return nullptr;
+    }
+    return v;
+  }
+
+  bool has(const char* key) const { return j_.is_object() && j_.contains(key); }
+
+ private:
+  const json* find(const char* key, bool required) {
+    if (!ok() || !j_.is_object()) return nullptr;
+    auto it = j_.find(key);
+    if (it == j_.end()) {
+      if (required) fail(key, "is missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+  bool range(const char* key, long long min, long long max, const json* v) {
+    return fail(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+                         log_excerpt(v->dump(), 40));
+  }
+  bool fail(const std::string& key, const std::string& why) {
+    if (ok()) {
+      status_ = invalid_argument(what_ + (key.empty() ? "" : ": \"" + key + "\"") + " " + why);
+    }
     return false;
   }
-}
+
+  const json& j_;
+  std::string what_;
+  Status status_;
+};
+
+long long ms(Duration d) { return d.count(); }
+constexpr long long kMaxInt = std::numeric_limits<int>::max();
+constexpr long long kMinInt = std::numeric_limits<int>::min();
 
 }  // namespace
 
@@ -91,40 +220,68 @@ json to_json(const JoinMessage& m) {
 
 Result<JoinMessage> join_from_json(const json& j) {
   JoinMessage m;
-  int node_rank = -1;
-  bool ok = read(j, "job", m.job) && read(j, "node", m.request.node_name) && read(j, "address", m.request.address) &&
-            read(j, "local_world_size", m.request.local_world_size) && read(j, "role", m.request.role) &&
-            read(j, "store_port", m.request.store_port) && read(j, "is_host", m.request.is_host) &&
-            read(j, "node_rank", node_rank);
-  if (!ok) return invalid_argument("a join field has the wrong type");
+  Fields f(j, "join");
+  f.string("job", kMaxNameLength, m.job);
+  f.string("node", kMaxNameLength, m.request.node_name);
+  f.string("address", kMaxNameLength, m.request.address);
+  f.integer("local_world_size", 1, kMaxLocalWorldSize, m.request.local_world_size);
+  f.string("role", kMaxNameLength, m.request.role, false);
+  f.integer("store_port", 0, 65535, m.request.store_port);
+  f.boolean("is_host", m.request.is_host, false);
+  int node_rank = 0;
+  if (f.integer("node_rank", 0, kMaxNodes - 1, node_rank, false)) m.request.node_rank = node_rank;
+  const json* settings = f.object("settings");
+  if (!f.ok()) return f.status();
   if (m.job.empty()) return invalid_argument("a join needs \"job\" (the rdzv_id)");
-  if (j.contains("node_rank")) m.request.node_rank = node_rank;
-  if (j.contains("settings")) {
-    const auto& s = j["settings"];
-    if (!s.is_object()) return invalid_argument("\"settings\" must be an object");
-    long long join_ms = ms(m.settings.join_timeout), last_ms = ms(m.settings.last_call_timeout),
-              close_ms = ms(m.settings.close_timeout), keep_ms = ms(m.settings.keep_alive_interval);
-    ok = read(s, "min_nodes", m.settings.min_nodes) && read(s, "max_nodes", m.settings.max_nodes) &&
-         read(s, "max_restarts", m.settings.max_restarts) && read(s, "join_timeout_ms", join_ms) &&
-         read(s, "last_call_timeout_ms", last_ms) && read(s, "close_timeout_ms", close_ms) &&
-         read(s, "keep_alive_interval_ms", keep_ms) &&
-         read(s, "keep_alive_max_attempt", m.settings.keep_alive_max_attempt) &&
-         read(s, "static", m.settings.static_ranks);
-    if (!ok) return invalid_argument("a join setting has the wrong type");
-    m.settings.join_timeout = Duration(join_ms);
-    m.settings.last_call_timeout = Duration(last_ms);
-    m.settings.close_timeout = Duration(close_ms);
-    m.settings.keep_alive_interval = Duration(keep_ms);
-  }
-  const auto& s = m.settings;
-  if (s.min_nodes < 1 || s.max_nodes < s.min_nodes) {
+  if (m.request.node_name.empty()) return invalid_argument("a join needs \"node\", a name for the node");
+
+  Settings& s = m.settings;
+  Fields g(*settings, "join settings");
+  g.integer("min_nodes", 1, kMaxNodes, s.min_nodes);
+  g.integer("max_nodes", 1, kMaxNodes, s.max_nodes);
+  g.integer("max_restarts", 0, kMaxInt, s.max_restarts, false);
+  g.duration("join_timeout_ms", 1, s.join_timeout, false);
+  g.duration("last_call_timeout_ms", 0, s.last_call_timeout, false);
+  g.duration("close_timeout_ms", 0, s.close_timeout, false);
+  g.duration("keep_alive_interval_ms", 1, s.keep_alive_interval, false);
+  g.integer("keep_alive_max_attempt", 1, kMaxKeepAliveAttempts, s.keep_alive_max_attempt, false);
+  g.boolean("static", s.static_ranks, false);
+  if (!g.ok()) return g.status();
+  if (s.max_nodes < s.min_nodes) {
     return invalid_argument("min_nodes must be > 0 and <= max_nodes, got min_nodes=" + std::to_string(s.min_nodes) +
                             ", max_nodes=" + std::to_string(s.max_nodes));
   }
-  if (s.keep_alive_interval.count() <= 0 || s.keep_alive_max_attempt < 1 || s.join_timeout.count() <= 0 ||
-      s.last_call_timeout.count() < 0 || s.max_restarts < 0) {
-    return invalid_argument("the join's timeouts must be positive and max_restarts >= 0");
-  }
+  return m;
+}
+
+json to_json(const WorkersFailedMessage& m) {
+  return {{"type", "workers_failed"}, {"v", kProtocolVersion}, {"round", m.round}, {"failure", to_json(m.failure)}};
+}
+
+json to_json(const WorkersSucceededMessage& m) {
+  return {{"type", "workers_succeeded"}, {"v", kProtocolVersion}, {"round", m.round}};
+}
+
+json heartbeat_message() { return {{"type", "heartbeat"}, {"v", kProtocolVersion}}; }
+json leave_message() { return {{"type", "leave"}, {"v", kProtocolVersion}}; }
+
+Result<WorkersFailedMessage> workers_failed_from_json(const json& j) {
+  WorkersFailedMessage m;
+  Fields f(j, "workers_failed");
+  f.integer("round", 0, kMaxInt, m.round);
+  const json* failure = f.object("failure");
+  if (!f.ok()) return f.status();
+  auto decoded = failure_from_json(*failure);
+  if (!decoded.ok()) return decoded.status();
+  m.failure = std::move(decoded).value();
+  return m;
+}
+
+Result<WorkersSucceededMessage> workers_succeeded_from_json(const json& j) {
+  WorkersSucceededMessage m;
+  Fields f(j, "workers_succeeded");
+  f.integer("round", 0, kMaxInt, m.round);
+  if (!f.ok()) return f.status();
   return m;
 }
 
@@ -134,13 +291,16 @@ json to_json(const FailureInfo& f) {
 }
 
 Result<FailureInfo> failure_from_json(const json& j) {
-  FailureInfo f;
-  if (!j.is_object()) return invalid_argument("\"failure\" must be an object");
-  bool ok = read(j, "global_rank", f.global_rank) && read(j, "local_rank", f.local_rank) &&
-            read(j, "exitcode", f.exitcode) && read(j, "host", f.host) && read(j, "message", f.message) &&
-            read(j, "timestamp", f.timestamp);
-  if (!ok) return invalid_argument("a failure field has the wrong type");
-  return f;
+  FailureInfo info;
+  Fields f(j, "failure");
+  f.integer("global_rank", 0, kMaxInt, info.global_rank);
+  f.integer("local_rank", 0, kMaxLocalWorldSize - 1, info.local_rank);
+  f.integer("exitcode", kMinInt, kMaxInt, info.exitcode);
+  f.string("host", kMaxNameLength, info.host);
+  f.string("message", kMaxTextLength, info.message);
+  f.integer("timestamp", 0, std::numeric_limits<long long>::max(), info.timestamp);
+  if (!f.ok()) return f.status();
+  return info;
 }
 
 json to_json(const Output& o) {
@@ -176,6 +336,100 @@ json to_json(const Output& o) {
 
 json error_message(Code code, const std::string& message) {
   return {{"type", "error"}, {"v", kProtocolVersion}, {"code", code_name(code)}, {"message", message}};
+}
+
+namespace {
+
+Code code_from_name(const std::string& name) {
+  for (Code c : {Code::invalid_argument, Code::not_found, Code::already_exists, Code::timeout, Code::unavailable,
+                 Code::closed, Code::auth_failed, Code::io_error, Code::internal}) {
+    if (name == code_name(c)) return c;
+  }
+  return Code::internal;
+}
+
+}  // namespace
+
+Result<ServerMessage> server_message_from_json(const json& j) {
+  std::string type;
+  Fields head(j, "a message from the rendezvous");
+  head.string("type", kMaxNameLength, type);
+  if (!head.ok()) return head.status();
+  if (type == "assign") {
+    out::Assign a;
+    Fields f(j, "assign");
+    f.integer("round", 0, kMaxInt, a.round);
+    f.integer("restart_count", 0, kMaxInt, a.restart_count);
+    f.integer("group_rank", 0, kMaxNodes - 1, a.group_rank);
+    f.integer("group_world_size", 1, kMaxNodes, a.group_world_size);
+    f.integer("base_global_rank", 0, kMaxInt, a.ranks.base_global_rank);
+    f.integer("global_world_size", 1, kMaxInt, a.ranks.global_world_size);
+    f.integer("base_role_rank", 0, kMaxInt, a.ranks.base_role_rank);
+    f.integer("role_world_size", 1, kMaxInt, a.ranks.role_world_size);
+    f.string("master_addr", kMaxNameLength, a.master_addr);
+    f.integer("master_port", 0, 65535, a.master_port);
+    if (!f.ok()) return f.status();
+    if (a.group_rank >= a.group_world_size || a.ranks.base_global_rank >= a.ranks.global_world_size) {
+      return invalid_argument("assign: the ranks lie outside the world (group_rank " + std::to_string(a.group_rank) +
+                              " of " + std::to_string(a.group_world_size) + ", base_global_rank " +
+                              std::to_string(a.ranks.base_global_rank) + " of " +
+                              std::to_string(a.ranks.global_world_size) + ")");
+    }
+    return ServerMessage(a);
+  }
+  if (type == "restart") {
+    out::Restart r;
+    Fields f(j, "restart");
+    f.integer("next_round", 0, kMaxInt, r.next_round);
+    f.boolean("counts_as_failure", r.counts_as_failure);
+    f.string("reason", kMaxTextLength, r.reason);
+    if (!f.ok()) return f.status();
+    return ServerMessage(r);
+  }
+  if (type == "reject" || type == "error") {
+    std::string code;
+    std::string message;
+    Fields f(j, type);
+    f.string("code", kMaxNameLength, code);
+    f.string("message", kMaxTextLength, message);
+    if (!f.ok()) return f.status();
+    if (type == "error") return ServerMessage(ErrorMessage{code, message});
+    return ServerMessage(out::Reject{0, code_from_name(code), message});
+  }
+  if (type == "finished") {
+    out::Finished fin;
+    Fields f(j, "finished");
+    f.boolean("success", fin.success);
+    f.string("message", kMaxTextLength, fin.message);
+    const json* root = f.object("root_cause", false);
+    if (!f.ok()) return f.status();
+    if (root != nullptr) {
+      auto decoded = failure_from_json(*root);
+      if (!decoded.ok()) return decoded.status();
+      fin.root_cause = std::move(decoded).value();
+    }
+    return ServerMessage(fin);
+  }
+  return invalid_argument("unknown message type '" + log_excerpt(type, 64) + "' from the rendezvous");
+}
+
+std::string log_excerpt(std::string_view text, std::size_t limit) {
+  std::string out;
+  std::size_t n = std::min(text.size(), limit);
+  out.reserve(n + 32);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (text.size() > limit) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
 }
 
 }  // namespace muster::rendezvous

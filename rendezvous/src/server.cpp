@@ -15,7 +15,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using nlohmann::json;
 
-struct RendezvousServer::Job {
+struct RendezvousServer::Job : std::enable_shared_from_this<Job> {
   Job(asio::io_context& io, std::string id, Settings s) : id(std::move(id)), settings(s), rdzv(s), timer(io) {}
   std::string id;
   Settings settings;
@@ -28,20 +28,36 @@ struct RendezvousServer::Job {
 class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(RendezvousServer& server, MemberId id, tcp::socket socket)
-      : server_(server), id_(id), socket_(std::move(socket)), alive_(server.alive_) {
+      : server_(server), id_(id), socket_(std::move(socket)), join_timer_(socket_.get_executor()),
+        alive_(server.alive_) {
     boost::system::error_code ec;
     auto ep = socket_.remote_endpoint(ec);
-    peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    peer_address_ = ec ? "?" : ep.address().to_string();
+    peer_ = ec ? "?" : peer_address_ + ":" + std::to_string(ep.port());
   }
 
   void start(std::string already_read = {}) {
     reader_.feed(already_read);
-    asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached);
+    // A connection that never joins holds a descriptor for nothing.
+    auto self = shared_from_this();
+    join_timer_.expires_after(server_.limits_.join_wait);
+    join_timer_.async_wait([self](const boost::system::error_code& ec) {
+      if (ec || !*self->alive_ || self->joined_ || self->closed_) return;
+      self->fail(Code::timeout, "no join within " + std::to_string(self->server_.limits_.join_wait.count()) +
+                                    " ms of connecting");
+    });
+    asio::co_spawn(socket_.get_executor(), read_loop(self), asio::detached);
   }
 
   void send(const json& message) {
     if (closed_) return;
     out_.push(encode_frame(message));
+    if (out_.queued() > server_.limits_.max_queued_bytes) {
+      log::warning("rendezvous: closing the connection from " + peer_ + ": it has not read " +
+                   std::to_string(out_.queued()) + " bytes sent to it");
+      close();
+      return;
+    }
     auto self = shared_from_this();
     out_.flush(socket_, self, [self](const boost::system::error_code& ec) {
       if (ec || self->close_after_write_) self->close();
@@ -50,7 +66,8 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
 
   // Sends the error and closes once it is written.
   void fail(Code code, const std::string& message) {
-    log::warning("rendezvous: closing the connection from " + peer_ + ": " + message);
+    if (closed_ || close_after_write_) return;
+    log::warning("rendezvous: closing the connection from " + peer_ + ": " + log_excerpt(message, 300));
     send(error_message(code, message));
     close_after_write_ = true;
     if (!out_.writing()) close();
@@ -60,12 +77,19 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
     if (closed_) return;
     closed_ = true;
     boost::system::error_code ignored;
+    join_timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
   }
 
+  void joined() {
+    joined_ = true;
+    join_timer_.cancel();
+  }
+
   MemberId id() const { return id_; }
-  Job* job = nullptr;
+  const std::string& peer_address() const { return peer_address_; }
+  std::shared_ptr<Job> job;
 
  private:
   static asio::awaitable<void> read_loop(std::shared_ptr<Session> self) {
@@ -99,34 +123,34 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   RendezvousServer& server_;
   MemberId id_;
   tcp::socket socket_;
+  asio::steady_timer join_timer_;
   std::shared_ptr<bool> alive_;
+  std::string peer_address_;
   std::string peer_;
   FrameReader reader_;
   net::WriteQueue out_;
   bool closed_ = false;
   bool close_after_write_ = false;
+  bool joined_ = false;
 };
 
-RendezvousServer::RendezvousServer(asio::io_context& io)
-    : io_(io), acceptor_(io), retry_timer_(io), alive_(std::make_shared<bool>(true)) {}
+RendezvousServer::RendezvousServer(asio::io_context& io, ServerLimits limits)
+    : io_(io), limits_(limits), acceptor_(io), retry_timer_(io), alive_(std::make_shared<bool>(true)) {}
 
 RendezvousServer::~RendezvousServer() { close(); }
 
-std::unique_ptr<RendezvousServer> RendezvousServer::create(asio::io_context& io) {
-  return std::unique_ptr<RendezvousServer>(new RendezvousServer(io));
+std::unique_ptr<RendezvousServer> RendezvousServer::create(asio::io_context& io, ServerLimits limits) {
+  return std::unique_ptr<RendezvousServer>(new RendezvousServer(io, limits));
 }
 
 void RendezvousServer::adopt(tcp::socket socket, std::string already_read) {
   if (!*alive_) return;
-  MemberId id = next_member_++;
-  auto session = std::make_shared<Session>(*this, id, std::move(socket));
-  sessions_[id] = session;
-  session->start(std::move(already_read));
+  add_session(std::move(socket), std::move(already_read));
 }
 
 Result<std::unique_ptr<RendezvousServer>> RendezvousServer::listen(asio::io_context& io, const std::string& host,
-                                                                   int port) {
-  std::unique_ptr<RendezvousServer> server(new RendezvousServer(io));
+                                                                   int port, ServerLimits limits) {
+  std::unique_ptr<RendezvousServer> server(new RendezvousServer(io, limits));
   auto bound = net::open_listener(server->acceptor_, host, port, "the rendezvous");
   if (!bound.ok()) return bound.status();
   server->port_ = bound.value();
@@ -135,70 +159,116 @@ Result<std::unique_ptr<RendezvousServer>> RendezvousServer::listen(asio::io_cont
 }
 
 void RendezvousServer::accept() {
-  net::accept_forever(acceptor_, retry_timer_, alive_, "rendezvous", [this](tcp::socket socket) {
-    MemberId id = next_member_++;
-    auto session = std::make_shared<Session>(*this, id, std::move(socket));
-    sessions_[id] = session;
-    session->start();
-  });
+  net::accept_forever(acceptor_, retry_timer_, alive_, "rendezvous",
+                      [this](tcp::socket socket) { add_session(std::move(socket), {}); });
+}
+
+void RendezvousServer::add_session(tcp::socket socket, std::string already_read) {
+  MemberId id = next_member_++;
+  auto session = std::make_shared<Session>(*this, id, std::move(socket));
+  auto& count = per_peer_[session->peer_address()];
+  if (count >= limits_.max_connections_per_peer) {
+    static TimePoint last_said{};
+    auto now = Clock::now();
+    if (now - last_said > std::chrono::seconds(5)) {
+      last_said = now;
+      log::warning("rendezvous: refusing connections from " + session->peer_address() + ": it holds " +
+                   std::to_string(count) + ", the limit per address");
+    }
+    session->close();
+    return;
+  }
+  ++count;
+  sessions_[id] = session;
+  session->start(std::move(already_read));
 }
 
 void RendezvousServer::handle(Session& s, const std::string& payload) {
-  auto parsed = parse_message(payload);
-  if (!parsed.ok()) return s.fail(Code::invalid_argument, parsed.status().message());
-  const json& msg = parsed.value();
-  const std::string type = msg["type"].get<std::string>();
+  try {
+    auto parsed = parse_message(payload);
+    if (!parsed.ok()) return s.fail(Code::invalid_argument, parsed.status().message());
+    const json& msg = parsed.value();
+    const std::string& type = msg["type"].get_ref<const std::string&>();
+    if (type == "join") return handle_join(s, msg);
+    if (s.job == nullptr) {
+      return s.fail(Code::invalid_argument,
+                    "'" + log_excerpt(type, 64) + "' before 'join': a connection starts with a join");
+    }
+    std::shared_ptr<Job> job = s.job;  // holds the job while it is worked on
+    auto now = Clock::now();
+    if (type == "heartbeat") {
+      job->rdzv.heartbeat(s.id(), now);
+    } else if (type == "workers_failed") {
+      auto m = workers_failed_from_json(msg);
+      if (!m.ok()) return s.fail(Code::invalid_argument, m.status().message());
+      deliver(*job, job->rdzv.workers_failed(s.id(), m->round, m->failure, now));
+    } else if (type == "workers_succeeded") {
+      auto m = workers_succeeded_from_json(msg);
+      if (!m.ok()) return s.fail(Code::invalid_argument, m.status().message());
+      deliver(*job, job->rdzv.workers_succeeded(s.id(), m->round, now));
+    } else if (type == "leave") {
+      s.job.reset();
+      deliver(*job, job->rdzv.leave(s.id(), now));
+    } else {
+      return s.fail(Code::invalid_argument, "unknown message type '" + log_excerpt(type, 64) + "'");
+    }
+    rearm(*job);
+    retire_if_closed(*job);
+  } catch (const std::exception& e) {
+    // Nothing above should throw; if something does, only this peer pays.
+    s.fail(Code::internal, std::string("the server could not handle the message: ") + e.what());
+  }
+}
+
+void RendezvousServer::handle_join(Session& s, const json& msg) {
+  auto join = join_from_json(msg);
+  if (!join.ok()) return s.fail(Code::invalid_argument, join.status().message());
+  const auto& m = join.value();
+  if (s.job != nullptr && s.job->id != m.job) {
+    return s.fail(Code::invalid_argument, "this connection already belongs to job '" + log_excerpt(s.job->id, 64) +
+                                              "'; one connection serves one job");
+  }
   auto now = Clock::now();
-  if (type == "join") {
-    auto join = join_from_json(msg);
-    if (!join.ok()) return s.fail(Code::invalid_argument, join.status().message());
-    const auto& m = join.value();
-    if (s.job != nullptr && s.job->id != m.job) {
-      return s.fail(Code::invalid_argument, "this connection already belongs to job '" + s.job->id +
-                                                "'; one connection serves one job");
-    }
+  expire_tombstones(now);
+  auto reject = [&](Code code, const std::string& message) {
+    s.send({{"type", "reject"}, {"v", kProtocolVersion}, {"code", code_name(code)}, {"message", message}});
+  };
+  std::shared_ptr<Job> job = s.job;
+  if (job == nullptr) {
     auto it = jobs_.find(m.job);
-    if (it == jobs_.end()) {
-      it = jobs_.emplace(m.job, std::make_unique<Job>(io_, m.job, m.settings)).first;
-      log::info("rendezvous: job '" + m.job + "' created for " + std::to_string(m.settings.min_nodes) + ":" +
-                std::to_string(m.settings.max_nodes) + " nodes");
-    } else if (it->second->settings.min_nodes != m.settings.min_nodes ||
-               it->second->settings.max_nodes != m.settings.max_nodes ||
-               it->second->settings.static_ranks != m.settings.static_ranks) {
-      json reject = {{"type", "reject"}, {"v", kProtocolVersion}, {"code", code_name(Code::invalid_argument)},
-                     {"message", "job '" + m.job + "' runs with --nnodes=" +
-                                     std::to_string(it->second->settings.min_nodes) + ":" +
-                                     std::to_string(it->second->settings.max_nodes) + " and this node asked for " +
-                                     std::to_string(m.settings.min_nodes) + ":" +
-                                     std::to_string(m.settings.max_nodes) + "; give every node the same --nnodes"}};
-      s.send(reject);
-      return;
+    if (it != jobs_.end()) {
+      job = it->second;
+    } else if (auto t = tombstones_.find(m.job); t != tombstones_.end()) {
+      return reject(Code::closed, t->second.success
+                                      ? "the job has finished; start a new one with a new --rdzv-id"
+                                      : "the job has failed and its rendezvous is closed; start a new one with a "
+                                        "new --rdzv-id");
+    } else if (jobs_.size() >= limits_.max_jobs) {
+      log::warning("rendezvous: refusing job '" + log_excerpt(m.job, 64) + "': " + std::to_string(jobs_.size()) +
+                   " jobs are open, the limit");
+      return reject(Code::unavailable, "the rendezvous holds " + std::to_string(jobs_.size()) +
+                                           " open jobs, its limit; try again when one has finished");
+    } else {
+      job = std::make_shared<Job>(io_, m.job, m.settings);
+      jobs_.emplace(m.job, job);
+      log::info("rendezvous: job '" + log_excerpt(m.job, 64) + "' created for " +
+                std::to_string(m.settings.min_nodes) + ":" + std::to_string(m.settings.max_nodes) + " nodes");
     }
-    s.job = it->second.get();
-    deliver(*s.job, s.job->rdzv.join(s.id(), m.request, now));
-    rearm(*s.job);
-    return;
   }
-  if (s.job == nullptr) {
-    return s.fail(Code::invalid_argument, "'" + type + "' before 'join': a connection starts with a join");
+  if (job->settings.min_nodes != m.settings.min_nodes || job->settings.max_nodes != m.settings.max_nodes ||
+      job->settings.static_ranks != m.settings.static_ranks) {
+    return reject(Code::invalid_argument,
+                  "job '" + log_excerpt(m.job, 64) + "' runs with --nnodes=" + std::to_string(job->settings.min_nodes) +
+                      ":" + std::to_string(job->settings.max_nodes) + " and this node asked for " +
+                      std::to_string(m.settings.min_nodes) + ":" + std::to_string(m.settings.max_nodes) +
+                      "; give every node the same --nnodes");
   }
-  Job& job = *s.job;
-  if (type == "heartbeat") {
-    job.rdzv.heartbeat(s.id(), now);
-  } else if (type == "workers_failed") {
-    int round = msg.value("round", -1);
-    auto failure = failure_from_json(msg.value("failure", json::object()));
-    if (!failure.ok()) return s.fail(Code::invalid_argument, failure.status().message());
-    deliver(job, job.rdzv.workers_failed(s.id(), round, failure.value(), now));
-  } else if (type == "workers_succeeded") {
-    deliver(job, job.rdzv.workers_succeeded(s.id(), msg.value("round", -1), now));
-  } else if (type == "leave") {
-    deliver(job, job.rdzv.leave(s.id(), now));
-    s.job = nullptr;
-  } else {
-    return s.fail(Code::invalid_argument, "unknown message type '" + type + "'");
-  }
-  rearm(job);
+  s.job = job;
+  s.joined();
+  // deliver() may clear s.job (a reject): only `job` is used after it.
+  deliver(*job, job->rdzv.join(s.id(), m.request, now));
+  rearm(*job);
+  retire_if_closed(*job);
 }
 
 void RendezvousServer::deliver(Job& job, const std::vector<Output>& outputs) {
@@ -210,8 +280,42 @@ void RendezvousServer::deliver(Job& job, const std::vector<Output>& outputs) {
     if (std::holds_alternative<out::Reject>(o) || std::holds_alternative<out::Finished>(o)) {
       // The member is no longer part of the job; it may join another round of
       // a new job on the same connection.
-      if (it->second->job == &job) it->second->job = nullptr;
+      if (it->second->job.get() == &job) it->second->job.reset();
     }
+  }
+}
+
+// A closed job becomes a tombstone; a job that every member left is
+// forgotten (nothing happened in it that a newcomer must learn).
+void RendezvousServer::retire_if_closed(Job& job) {
+  bool closed = job.rdzv.state() == State::closed;
+  if (!closed && job.rdzv.members() > 0) return;
+  auto it = jobs_.find(job.id);
+  if (it == jobs_.end() || it->second.get() != &job) return;
+  std::shared_ptr<Job> keep = it->second;  // job stays valid to the end of this function
+  jobs_.erase(it);
+  job.timer.cancel();
+  job.armed = false;
+  if (!closed) return;
+  auto now = Clock::now();
+  auto expires = now + limits_.finished_job_lifetime;
+  tombstones_[job.id] = Tombstone{job.rdzv.succeeded(), expires};
+  tombstone_order_.emplace_back(expires, job.id);
+  while (tombstones_.size() > limits_.max_tombstones && !tombstone_order_.empty()) {
+    auto [at, id] = std::move(tombstone_order_.front());
+    tombstone_order_.pop_front();
+    auto t = tombstones_.find(id);
+    if (t != tombstones_.end() && t->second.expires == at) tombstones_.erase(t);
+  }
+  log::info("rendezvous: job '" + log_excerpt(job.id, 64) + "' " + (job.rdzv.succeeded() ? "finished" : "failed"));
+}
+
+void RendezvousServer::expire_tombstones(TimePoint now) {
+  while (!tombstone_order_.empty() && tombstone_order_.front().first <= now) {
+    auto [at, id] = std::move(tombstone_order_.front());
+    tombstone_order_.pop_front();
+    auto t = tombstones_.find(id);
+    if (t != tombstones_.end() && t->second.expires == at) tombstones_.erase(t);
   }
 }
 
@@ -221,7 +325,7 @@ void RendezvousServer::deliver(Job& job, const std::vector<Output>& outputs) {
 // of N agents at O(N) work.
 void RendezvousServer::rearm(Job& job, bool full) {
   auto now = Clock::now();
-  auto earliest = now + job.rdzv.shortest_timeout();
+  auto earliest = saturating_add(now, job.rdzv.shortest_timeout());
   if (!full && job.armed) {
     if (job.armed_at <= earliest) return;
     // Firing early is harmless: the tick finds nothing due and re-arms in full.
@@ -240,24 +344,32 @@ void RendezvousServer::arm(Job& job, TimePoint at) {
   job.armed = true;
   job.armed_at = at;
   job.timer.expires_at(at);
-  Job* j = &job;
+  std::weak_ptr<Job> weak = job.shared_from_this();
   auto alive = alive_;
-  job.timer.async_wait([this, j, alive](const boost::system::error_code& ec) {
+  job.timer.async_wait([this, weak, alive](const boost::system::error_code& ec) {
     if (ec || !*alive) return;
+    auto j = weak.lock();
+    if (!j) return;
     j->armed = false;
-    deliver(*j, j->rdzv.tick(Clock::now()));
-    rearm(*j, true);
+    try {
+      deliver(*j, j->rdzv.tick(Clock::now()));
+      rearm(*j, true);
+      retire_if_closed(*j);
+    } catch (const std::exception& e) {
+      log::error("rendezvous: job '" + log_excerpt(j->id, 64) + "': " + e.what());
+    }
   });
 }
 
 void RendezvousServer::gone(Session& s) {
   MemberId id = s.id();
-  if (s.job != nullptr) {
-    Job& job = *s.job;
-    s.job = nullptr;
-    deliver(job, job.rdzv.leave(id, Clock::now()));
-    rearm(job);
+  if (auto job = std::move(s.job)) {
+    s.job.reset();
+    deliver(*job, job->rdzv.leave(id, Clock::now()));
+    rearm(*job);
+    retire_if_closed(*job);
   }
+  if (auto it = per_peer_.find(s.peer_address()); it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);
   sessions_.erase(id);
 }
 
@@ -269,6 +381,7 @@ void RendezvousServer::close() {
   retry_timer_.cancel();
   for (auto& [id, s] : sessions_) s->close();
   sessions_.clear();
+  per_peer_.clear();
   for (auto& [id, j] : jobs_) j->timer.cancel();
   jobs_.clear();
 }

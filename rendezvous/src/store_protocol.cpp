@@ -1,4 +1,5 @@
 #include <cstring>
+#include <span>
 
 #include "muster/store/protocol.hpp"
 
@@ -15,43 +16,57 @@ constexpr Op kV2[] = {Op::validate,   Op::set,        Op::compare_set, Op::get, 
                       Op::multi_get,  Op::multi_set,  Op::cancel_wait, Op::ping,       Op::queue_push,
                       Op::queue_pop,  Op::queue_len,  Op::list_keys,   Op::barrier};
 
-class Reader {
- public:
-  explicit Reader(std::string_view data) : data_(data) {}
-  bool u8(uint8_t& v) { return raw(&v, 1); }
-  bool u32(uint32_t& v) { return raw(&v, 4); }
-  bool u64(uint64_t& v) { return raw(&v, 8); }
-  bool i64(int64_t& v) { return raw(&v, 8); }
-  // false with error set when the length is over the limit.
-  bool string(std::string& s, std::size_t limit, std::string& error) {
-    uint64_t len = 0;
-    std::size_t save = pos_;
-    if (!u64(len)) return false;
-    if (len > limit) {
-      error = "a string of " + std::to_string(len) + " bytes is over the limit of " + std::to_string(limit);
-      pos_ = save;
-      return false;
-    }
-    if (data_.size() - pos_ < len) {
-      pos_ = save;
-      return false;
-    }
-    s.assign(data_.substr(pos_, static_cast<std::size_t>(len)));
-    pos_ += static_cast<std::size_t>(len);
-    return true;
-  }
-  std::size_t pos() const { return pos_; }
+enum class Field { u32, key, value, i64 };
 
- private:
-  bool raw(void* out, std::size_t n) {
-    if (data_.size() - pos_ < n) return false;
-    std::memcpy(out, data_.data() + pos_, n);
-    pos_ += n;
-    return true;
+// The fixed fields of each query, before any list.
+constexpr Field kU32[] = {Field::u32};
+constexpr Field kKeyValue[] = {Field::key, Field::value};
+constexpr Field kKeyTwoValues[] = {Field::key, Field::value, Field::value};
+constexpr Field kKey[] = {Field::key};
+constexpr Field kKeyNumber[] = {Field::key, Field::i64};
+
+std::span<const Field> fixed_fields(Op op) {
+  switch (op) {
+    case Op::validate:
+    case Op::ping: return kU32;
+    case Op::set:
+    case Op::append:
+    case Op::queue_push: return kKeyValue;
+    case Op::compare_set: return kKeyTwoValues;
+    case Op::get:
+    case Op::watch_key:
+    case Op::delete_key:
+    case Op::queue_pop:
+    case Op::queue_len: return kKey;
+    case Op::add:
+    case Op::barrier: return kKeyNumber;
+    default: return {};
   }
-  std::string_view data_;
-  std::size_t pos_ = 0;
-};
+}
+
+bool has_list(Op op) { return op == Op::check || op == Op::wait || op == Op::multi_get || op == Op::multi_set; }
+
+template <typename T>
+T load(std::string_view data, std::size_t at) {
+  T v;
+  std::memcpy(&v, data.data() + at, sizeof v);
+  return v;
+}
+
+// A u64 length and that many bytes at data[pos]: the string's size in
+// bytes, 0 while incomplete; error set when over the limit.
+std::size_t string_field(std::string_view data, std::size_t pos, std::size_t limit, std::string& out,
+                         std::string& error) {
+  if (data.size() - pos < 8) return 0;
+  uint64_t len = load<uint64_t>(data, pos);
+  if (len > limit) {
+    error = "a string of " + std::to_string(len) + " bytes is over the limit of " + std::to_string(limit);
+    return 0;
+  }
+  if (data.size() - pos - 8 < len) return 0;
+  out.assign(data.substr(pos + 8, static_cast<std::size_t>(len)));
+  return 8 + static_cast<std::size_t>(len);
+}
 
 }  // namespace
 
@@ -103,97 +118,131 @@ const char* op_name(Op op) {
   return "?";
 }
 
-ParseResult parse_request(Dialect d, std::string_view data, Request& out) {
+ParseResult RequestParser::next(std::string_view data, Request& out) {
   ParseResult result;
-  Reader r(data);
-  uint8_t tag = 0;
-  if (!r.u8(tag)) return result;
-  auto op = op_from_tag(d, tag);
-  if (!op) {
-    result.status = ParseStatus::invalid;
-    result.error = "unknown query type " + std::to_string(tag);
-    return result;
-  }
-  out = Request{};
-  out.op = *op;
+  std::size_t pos = 0;
   std::string error;
-  auto key = [&](std::string& k) { return r.string(k, kMaxKeyLength, error); };
-  auto value = [&](std::string& v) { return r.string(v, kMaxValueLength, error); };
-  bool ok = true;
-  switch (*op) {
-    case Op::validate:
-    case Op::ping:
-      ok = r.u32(out.u32);
-      break;
-    case Op::set:
-    case Op::append:
-    case Op::queue_push:
-      out.keys.resize(1);
-      out.values.resize(1);
-      ok = key(out.keys[0]) && value(out.values[0]);
-      break;
-    case Op::compare_set:
-      out.keys.resize(1);
-      out.values.resize(2);
-      ok = key(out.keys[0]) && value(out.values[0]) && value(out.values[1]);
-      break;
-    case Op::get:
-    case Op::watch_key:
-    case Op::delete_key:
-    case Op::queue_pop:
-    case Op::queue_len:
-      out.keys.resize(1);
-      ok = key(out.keys[0]);
-      break;
-    case Op::add:
-    case Op::barrier:
-      out.keys.resize(1);
-      ok = key(out.keys[0]) && r.i64(out.number);
-      break;
-    case Op::check:
-    case Op::wait:
-    case Op::multi_get: {
-      uint64_t n = 0;
-      ok = r.u64(n);
-      if (ok && n > kMaxKeyCount) {
-        error = "a query for " + std::to_string(n) + " keys is over the limit of " + std::to_string(kMaxKeyCount);
-        ok = false;
-        break;
+  auto fail = [&](const std::string& why) {
+    result.status = ParseStatus::invalid;
+    result.error = stage_ == Stage::tag ? why : std::string(op_name(req_.op)) + ": " + why;
+    result.consumed = pos;
+    return result;
+  };
+  auto take = [&](std::size_t n) -> bool {
+    pos += n;
+    total_ += n;
+    return total_ <= kMaxRequestBytes;
+  };
+  auto too_big = [&] { return fail("the request is over the limit of " + std::to_string(kMaxRequestBytes) + " bytes"); };
+  while (true) {
+    switch (stage_) {
+      case Stage::tag: {
+        if (pos >= data.size()) break;
+        auto tag = static_cast<uint8_t>(data[pos]);
+        auto op = op_from_tag(dialect_, tag);
+        if (!op) return fail("unknown query type " + std::to_string(tag));
+        req_ = Request{};
+        req_.op = *op;
+        field_ = 0;
+        total_ = 0;
+        take(1);
+        stage_ = Stage::fixed;
+        continue;
       }
-      if (ok) out.keys.resize(static_cast<std::size_t>(n));
-      for (std::size_t i = 0; ok && i < out.keys.size(); ++i) ok = key(out.keys[i]);
-      break;
+      case Stage::fixed: {
+        auto fields = fixed_fields(req_.op);
+        if (field_ >= static_cast<int>(fields.size())) {
+          stage_ = has_list(req_.op) ? Stage::count : Stage::done;
+          continue;
+        }
+        std::size_t n = 0;
+        switch (fields[static_cast<std::size_t>(field_)]) {
+          case Field::u32:
+            if (data.size() - pos < 4) break;
+            req_.u32 = load<uint32_t>(data, pos);
+            n = 4;
+            break;
+          case Field::i64:
+            if (data.size() - pos < 8) break;
+            req_.number = load<int64_t>(data, pos);
+            n = 8;
+            break;
+          case Field::key:
+            n = string_field(data, pos, kMaxKeyLength, req_.keys.emplace_back(), error);
+            if (n == 0) req_.keys.pop_back();
+            break;
+          case Field::value:
+            n = string_field(data, pos, kMaxValueLength, req_.values.emplace_back(), error);
+            if (n == 0) req_.values.pop_back();
+            break;
+        }
+        if (!error.empty()) return fail(error);
+        if (n == 0) break;
+        if (!take(n)) return too_big();
+        ++field_;
+        continue;
+      }
+      case Stage::count: {
+        if (data.size() - pos < 8) break;
+        count_ = load<uint64_t>(data, pos);
+        if (count_ > kMaxKeyCount) {
+          return fail("a query for " + std::to_string(count_) + " keys is over the limit of " +
+                      std::to_string(kMaxKeyCount));
+        }
+        take(8);
+        // Grown as items arrive: a count alone reserves little.
+        req_.keys.reserve(std::min<std::size_t>(count_, 1024));
+        if (req_.op == Op::multi_set) req_.values.reserve(std::min<std::size_t>(count_, 1024));
+        item_ = 0;
+        item_value_ = false;
+        stage_ = Stage::items;
+        continue;
+      }
+      case Stage::items: {
+        if (item_ >= count_) {
+          stage_ = Stage::done;
+          continue;
+        }
+        std::size_t n = 0;
+        if (item_value_) {
+          n = string_field(data, pos, kMaxValueLength, req_.values.emplace_back(), error);
+          if (n == 0) req_.values.pop_back();
+        } else {
+          n = string_field(data, pos, kMaxKeyLength, req_.keys.emplace_back(), error);
+          if (n == 0) req_.keys.pop_back();
+        }
+        if (!error.empty()) return fail(error);
+        if (n == 0) break;
+        if (!take(n)) return too_big();
+        if (req_.op == Op::multi_set && !item_value_) {
+          item_value_ = true;
+        } else {
+          item_value_ = false;
+          ++item_;
+        }
+        continue;
+      }
+      case Stage::done:
+        out = std::move(req_);
+        req_ = Request{};
+        stage_ = Stage::tag;
+        total_ = 0;
+        result.status = ParseStatus::complete;
+        result.consumed = pos;
+        return result;
     }
-    case Op::multi_set: {
-      uint64_t n = 0;
-      ok = r.u64(n);
-      if (ok && n > kMaxKeyCount) {
-        error = "a query for " + std::to_string(n) + " keys is over the limit of " + std::to_string(kMaxKeyCount);
-        ok = false;
-        break;
-      }
-      if (ok) {
-        out.keys.resize(static_cast<std::size_t>(n));
-        out.values.resize(static_cast<std::size_t>(n));
-      }
-      for (std::size_t i = 0; ok && i < out.keys.size(); ++i) ok = key(out.keys[i]) && value(out.values[i]);
-      break;
-    }
-    case Op::num_keys:
-    case Op::cancel_wait:
-    case Op::list_keys:
-      break;
+    break;  // out of bytes
   }
-  if (!ok) {
-    if (!error.empty()) {
-      result.status = ParseStatus::invalid;
-      result.error = std::string(op_name(*op)) + ": " + error;
-    }
-    return result;  // incomplete
-  }
-  result.status = ParseStatus::complete;
-  result.consumed = r.pos();
+  result.status = ParseStatus::incomplete;
+  result.consumed = pos;
   return result;
+}
+
+ParseResult parse_request(Dialect d, std::string_view data, Request& out) {
+  RequestParser parser(d);
+  auto r = parser.next(data, out);
+  if (r.status == ParseStatus::incomplete) r.consumed = 0;
+  return r;
 }
 
 void put_u8(std::string& out, uint8_t v) { out.push_back(static_cast<char>(v)); }

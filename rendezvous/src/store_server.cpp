@@ -2,9 +2,11 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
+#include <optional>
 
 #include "muster/common/log.hpp"
 #include "muster/rendezvous/tcp_util.hpp"
@@ -14,10 +16,22 @@ namespace muster::store {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
+namespace {
+// A connection whose unsent replies pass this stops being read until they
+// drain (the client blocks on its own send, as with a slow server).
+constexpr std::size_t kPauseReadingAt = 4 * 1024 * 1024;
+// Bytes that other connections' actions queue for one that never reads
+// (WAIT completions, 1.13 watch notifications); past it, it is closed.
+constexpr std::size_t kMaxQueuedForOthers = 64 * 1024 * 1024;
+// Consumed input is dropped from the buffer once this much has piled up.
+constexpr std::size_t kCompactAt = 1024 * 1024;
+}  // namespace
+
 class StoreServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(StoreServer& server, ConnId id, tcp::socket socket)
-      : server_(server), id_(id), socket_(std::move(socket)), alive_(server.alive_) {}
+      : server_(server), id_(id), socket_(std::move(socket)), resume_(socket_.get_executor()),
+        alive_(server.alive_) {}
 
   void start() {
     asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached);
@@ -28,14 +42,18 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
     out_.push(bytes);
     auto self = shared_from_this();
     out_.flush(socket_, self, [self](const boost::system::error_code& ec) {
-      if (ec) self->close();
+      if (ec) return self->close();
+      self->resume_.cancel();  // drained: reading may go on
     });
   }
+
+  std::size_t queued() const { return out_.queued(); }
 
   void close() {
     if (closed_) return;
     closed_ = true;
     boost::system::error_code ignored;
+    resume_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
   }
@@ -43,36 +61,53 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
  private:
   // Decides the dialect from the connection's first bytes; false: need more.
   bool detect() {
-    if (dialect_known_) return true;
-    if (in_.empty()) return false;
-    if (static_cast<uint8_t>(in_[0]) != 0) {
-      dialect_ = Dialect::v1_13;
+    if (parser_) return true;
+    std::string_view in = std::string_view(in_).substr(in_pos_);
+    if (in.empty()) return false;
+    Dialect dialect = Dialect::v2;
+    if (static_cast<uint8_t>(in[0]) != 0) {
+      dialect = Dialect::v1_13;
     } else {
-      if (in_.size() < 5) return false;
-      if (server_.diverter_ && static_cast<uint8_t>(in_[1]) <= 0x10 && in_[4] == '{') {
+      if (in.size() < 5) return false;
+      if (server_.diverter_ && static_cast<uint8_t>(in[1]) <= 0x10 && in[4] == '{') {
         diverted_ = true;
         return false;
       }
       uint32_t magic = 0;
-      std::memcpy(&magic, in_.data() + 1, 4);
-      dialect_ = magic == kValidateMagic ? Dialect::v2 : Dialect::v1_13;
+      std::memcpy(&magic, in.data() + 1, 4);
+      dialect = magic == kValidateMagic ? Dialect::v2 : Dialect::v1_13;
     }
-    dialect_known_ = true;
+    dialect_ = dialect;
+    parser_.emplace(dialect);
     return true;
   }
 
   static asio::awaitable<void> read_loop(std::shared_ptr<Session> self) {
     std::array<char, 65536> buf{};
-    try {
-      while (!self->closed_) {
-        std::size_t n = co_await self->socket_.async_read_some(asio::buffer(buf), asio::use_awaitable);
+    boost::system::error_code ec;
+    while (!self->closed_) {
+      // Back-pressure: a client that does not read its replies is not read either.
+      while (!self->closed_ && self->out_.queued() > kPauseReadingAt) {
+        self->resume_.expires_at(asio::steady_timer::time_point::max());
+        co_await self->resume_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         if (!*self->alive_) co_return;
-        if (self->closed_) break;  // reset() meanwhile: nothing of a dead attempt may reach the new store
-        self->in_.append(buf.data(), n);
-        if (!self->process()) break;
       }
-    } catch (const boost::system::system_error&) {
-      // The peer went away.
+      if (self->closed_) break;
+      std::size_t n =
+          co_await self->socket_.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
+      if (!*self->alive_) co_return;
+      if (ec || self->closed_) break;  // the peer went away, or reset() meanwhile
+      self->in_.append(buf.data(), n);
+      bool keep = false;
+      try {
+        keep = self->process();
+      } catch (const std::exception& e) {
+        log::warning(std::string("store: closing a connection: the request could not be handled: ") + e.what());
+      }
+      if (!keep) {
+        self->close();
+        break;
+      }
     }
     if (*self->alive_) self->server_.forget(self->id_);
   }
@@ -82,32 +117,36 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
     if (!detect()) {
       if (!diverted_) return true;
       closed_ = true;  // the socket now belongs to the rendezvous
-      server_.diverter_(std::move(socket_), std::move(in_));
+      server_.diverter_(std::move(socket_), in_.substr(in_pos_));
       return false;
     }
-    std::size_t offset = 0;
     std::vector<Reply> replies;
     bool ok = true;
-    while (offset < in_.size()) {
+    while (in_pos_ < in_.size()) {
       Request req;
-      auto parsed = parse_request(dialect_, std::string_view(in_).substr(offset), req);
+      auto parsed = parser_->next(std::string_view(in_).substr(in_pos_), req);
+      in_pos_ += parsed.consumed;
       if (parsed.status == ParseStatus::incomplete) break;
       if (parsed.status == ParseStatus::invalid) {
-        log::warning("store: closing a connection after an invalid request: " + parsed.error);
+        log::warning("store: closing a connection after an invalid request: " + parsed.error.substr(0, 300));
         ok = false;
         break;
       }
-      offset += parsed.consumed;
       std::string error;
       if (!server_.state_.handle(id_, dialect_, req, replies, error)) {
-        log::warning("store: closing a connection: " + error);
+        log::warning("store: closing a connection: " + error.substr(0, 300));
         ok = false;
         break;
       }
     }
-    in_.erase(0, offset);
-    server_.dispatch(replies);
-    if (!ok) close();
+    if (in_pos_ == in_.size()) {
+      in_.clear();
+      in_pos_ = 0;
+    } else if (in_pos_ >= kCompactAt) {
+      in_.erase(0, in_pos_);
+      in_pos_ = 0;
+    }
+    server_.dispatch(replies, id_);
     return ok;
   }
 
@@ -115,11 +154,13 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   StoreServer& server_;
   ConnId id_;
   tcp::socket socket_;
+  asio::steady_timer resume_;
   std::shared_ptr<bool> alive_;
   std::string in_;
+  std::size_t in_pos_ = 0;
+  std::optional<RequestParser> parser_;
   net::WriteQueue out_;
   bool closed_ = false;
-  bool dialect_known_ = false;
   bool diverted_ = false;
   Dialect dialect_ = Dialect::v2;
 };
@@ -147,10 +188,18 @@ void StoreServer::accept() {
   });
 }
 
-void StoreServer::dispatch(std::vector<Reply>& replies) {
+void StoreServer::dispatch(std::vector<Reply>& replies, ConnId from) {
   for (auto& r : replies) {
     auto it = sessions_.find(r.conn);
-    if (it != sessions_.end()) it->second->send(r.bytes);
+    if (it == sessions_.end()) continue;
+    auto& session = it->second;
+    if (r.conn != from && session->queued() > kMaxQueuedForOthers) {
+      log::warning("store: closing a connection that has not read " + std::to_string(session->queued()) +
+                   " bytes of notifications");
+      session->close();
+      continue;
+    }
+    session->send(r.bytes);
   }
   replies.clear();
 }

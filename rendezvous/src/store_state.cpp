@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <string_view>
+#include <unordered_set>
 
 namespace muster::store {
 namespace {
@@ -11,7 +13,7 @@ namespace {
 std::string byte(uint8_t v) { return std::string(1, static_cast<char>(v)); }
 
 // std::stoll's reading of a counter: leading blanks, a sign, digits; the rest
-// ignored. nullopt when there are no digits.
+// ignored. nullopt when there are no digits or the number does not fit.
 std::optional<int64_t> parse_counter(const std::string& s) {
   const char* p = s.c_str();
   while (std::isspace(static_cast<unsigned char>(*p))) ++p;
@@ -20,6 +22,11 @@ std::optional<int64_t> parse_counter(const std::string& s) {
   long long v = std::strtoll(p, &end, 10);
   if (end == p || errno == ERANGE) return std::nullopt;
   return v;
+}
+
+// Two's-complement addition, as PyTorch's server does it: counters wrap.
+int64_t wrapping_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }
 
 }  // namespace
@@ -37,35 +44,36 @@ std::size_t StoreState::pending_waits() const {
 }
 
 void StoreState::forget_waiter(const WaiterPtr& w) {
-  for (const auto& k : w->keys) {
-    auto it = waiters_by_key_.find(k);
+  for (auto& reg : w->registrations) {
+    if (!reg.active) continue;
+    reg.active = false;
+    auto it = waiters_by_key_.find(*reg.key);
     if (it == waiters_by_key_.end()) continue;
-    auto& list = it->second;
-    list.erase(std::remove(list.begin(), list.end(), w), list.end());
-    if (list.empty()) waiters_by_key_.erase(it);
+    it->second.erase(reg.at);
+    if (it->second.empty()) waiters_by_key_.erase(it);
   }
   auto c = waiters_by_conn_.find(w->conn);
   if (c != waiters_by_conn_.end()) {
-    auto& list = c->second;
-    list.erase(std::remove(list.begin(), list.end(), w), list.end());
-    if (list.empty()) waiters_by_conn_.erase(c);
+    c->second.erase(w->in_conn);
+    if (c->second.empty()) waiters_by_conn_.erase(c);
   }
+}
+
+// One registration of w is satisfied; the last one answers the connection.
+void StoreState::count_down(const WaiterPtr& w, std::size_t registration, std::vector<Reply>& out) {
+  w->registrations[registration].active = false;
+  if (--w->remaining > 0) return;
+  out.push_back({w->conn, byte(kStopWaiting)});
+  forget_waiter(w);
 }
 
 // Every waiter registered on key counts it once.
 void StoreState::changed(const std::string& key, std::vector<Reply>& out) {
   auto it = waiters_by_key_.find(key);
   if (it == waiters_by_key_.end()) return;
-  std::vector<WaiterPtr> list = std::move(it->second);
+  KeyWaiters list = std::move(it->second);
   waiters_by_key_.erase(it);
-  for (const auto& w : list) {
-    auto& keys = w->keys;
-    keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
-    if (--w->remaining == 0) {
-      out.push_back({w->conn, byte(kStopWaiting)});
-      forget_waiter(w);
-    }
-  }
+  for (const auto& [w, reg] : list) count_down(w, reg, out);
 }
 
 void StoreState::notify_watchers(const std::string& key, uint8_t kind, const std::string& old_value,
@@ -80,19 +88,26 @@ void StoreState::notify_watchers(const std::string& key, uint8_t kind, const std
   for (ConnId c : it->second) out.push_back({c, msg});
 }
 
-void StoreState::register_wait(ConnId conn, const std::vector<std::string>& missing) {
+void StoreState::register_wait(ConnId conn, const std::vector<const std::string*>& missing) {
   auto w = std::make_shared<Waiter>();
   w->conn = conn;
   w->remaining = missing.size();
-  w->keys = missing;
-  for (const auto& k : missing) waiters_by_key_[k].push_back(w);
-  waiters_by_conn_[conn].push_back(w);
+  w->registrations.resize(missing.size());
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    auto [slot, inserted] = waiters_by_key_.try_emplace(*missing[i]);
+    auto& reg = w->registrations[i];
+    reg.key = &slot->first;
+    reg.at = slot->second.insert(slot->second.end(), {w, i});
+    reg.active = true;
+  }
+  auto& mine = waiters_by_conn_[conn];
+  w->in_conn = mine.insert(mine.end(), w);
 }
 
 void StoreState::cancel_waits(ConnId conn) {
   auto it = waiters_by_conn_.find(conn);
   if (it == waiters_by_conn_.end()) return;
-  std::vector<WaiterPtr> list = it->second;
+  std::vector<WaiterPtr> list(it->second.begin(), it->second.end());
   for (const auto& w : list) forget_waiter(w);
 }
 
@@ -113,17 +128,137 @@ void StoreState::clear() {
   watchers_.clear();
 }
 
+void StoreState::store_value(const std::string& key, std::string value, std::vector<Reply>& out) {
+  auto [it, created] = data_.try_emplace(key);
+  std::string old = created || watchers_.empty() ? std::string() : std::move(it->second);
+  it->second = std::move(value);
+  if (!watchers_.empty()) notify_watchers(key, created ? kKeyCreated : kKeyUpdated, old, it->second, out);
+  changed(key, out);
+}
+
+bool StoreState::on_compare_set(ConnId conn, const Request& req, Out& out) {
+  const std::string& key = req.keys[0];
+  const std::string& expected = req.values[0];
+  const std::string& desired = req.values[1];
+  std::string r;
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    if (expected.empty()) {
+      store_value(key, desired, out);
+      put_string(r, desired);
+    } else {
+      put_string(r, expected);  // PyTorch's servers answer with `expected` here
+    }
+  } else if (it->second == expected) {
+    store_value(key, desired, out);
+    put_string(r, desired);
+  } else {
+    put_string(r, it->second);
+  }
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+bool StoreState::on_add(ConnId conn, const Request& req, Out& out, std::string& error) {
+  const std::string& key = req.keys[0];
+  int64_t value = req.number;
+  auto it = data_.find(key);
+  if (it != data_.end()) {
+    auto old = parse_counter(it->second);
+    if (!old) {
+      error = "ADD on the key '" + key.substr(0, 200) + "', whose value is not a number";
+      return false;
+    }
+    value = wrapping_add(*old, value);
+  }
+  store_value(key, std::to_string(value), out);
+  std::string r;
+  put_i64(r, value);
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+// O(keys): duplicates are dropped through a hash set, and each missing key
+// costs one registration.
+bool StoreState::on_wait(ConnId conn, const Request& req, Out& out) {
+  std::vector<const std::string*> missing;
+  std::unordered_set<std::string_view> seen;
+  for (const auto& k : req.keys) {
+    if (exists(k)) continue;
+    if (seen.insert(k).second) missing.push_back(&k);
+  }
+  if (missing.empty()) out.push_back({conn, byte(kStopWaiting)});
+  else register_wait(conn, missing);
+  return true;
+}
+
+bool StoreState::on_delete(ConnId conn, const Request& req, Out& out) {
+  auto it = data_.find(req.keys[0]);
+  int64_t n = 0;
+  if (it != data_.end()) {
+    std::string old = std::move(it->second);
+    data_.erase(it);
+    n = 1;
+    if (!watchers_.empty()) notify_watchers(req.keys[0], kKeyDeleted, old, std::string(), out);
+  }
+  std::string r;
+  put_i64(r, n);
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+// A push satisfies one waiter on the queue's name, the one waiting longest.
+bool StoreState::on_queue_push(const Request& req, Out& out) {
+  const std::string& name = req.keys[0];
+  queues_[name].push_back(req.values[0]);
+  auto it = waiters_by_key_.find(name);
+  if (it == waiters_by_key_.end() || it->second.empty()) return true;
+  auto [w, reg] = it->second.front();
+  it->second.pop_front();
+  if (it->second.empty()) waiters_by_key_.erase(it);
+  count_down(w, reg, out);
+  return true;
+}
+
+bool StoreState::on_queue_pop(ConnId conn, const Request& req, Out& out) {
+  std::string r;
+  auto it = queues_.find(req.keys[0]);
+  int64_t len = it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
+  put_i64(r, len);
+  if (len > 0) {
+    put_string(r, it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) queues_.erase(it);
+  }
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+bool StoreState::on_barrier(ConnId conn, const Request& req, Out& out, std::string& error) {
+  const std::string& key = req.keys[0];
+  int64_t count = 1;
+  auto it = data_.find(key);
+  if (it != data_.end()) {
+    auto old = parse_counter(it->second);
+    if (!old) {
+      error = "BARRIER on the key '" + key.substr(0, 200) + "', whose value is not a number";
+      return false;
+    }
+    count = wrapping_add(*old, 1);
+  }
+  data_[key] = std::to_string(count);
+  if (count >= req.number) {
+    changed(key, out);
+    out.push_back({conn, byte(kStopWaiting)});
+  } else {
+    register_wait(conn, {&key});
+  }
+  return true;
+}
+
 bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::vector<Reply>& out,
                         std::string& error) {
   auto reply = [&](std::string bytes) { out.push_back({conn, std::move(bytes)}); };
-  auto store_value = [&](const std::string& key, std::string value) {
-    auto it = data_.find(key);
-    bool created = it == data_.end();
-    std::string old = created ? std::string() : it->second;
-    data_[key] = std::move(value);
-    if (!watchers_.empty()) notify_watchers(key, created ? kKeyCreated : kKeyUpdated, old, data_[key], out);
-    changed(key, out);
-  };
   switch (req.op) {
     case Op::validate:
       if (req.u32 != kValidateMagic) {
@@ -138,30 +273,10 @@ bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::v
       return true;
     }
     case Op::set:
-      store_value(req.keys[0], req.values[0]);
+      store_value(req.keys[0], req.values[0], out);
       return true;
-    case Op::compare_set: {
-      const std::string& key = req.keys[0];
-      const std::string& expected = req.values[0];
-      const std::string& desired = req.values[1];
-      std::string r;
-      auto it = data_.find(key);
-      if (it == data_.end()) {
-        if (expected.empty()) {
-          store_value(key, desired);
-          put_string(r, desired);
-        } else {
-          put_string(r, expected);  // PyTorch's servers answer with `expected` here
-        }
-      } else if (it->second == expected) {
-        store_value(key, desired);
-        put_string(r, desired);
-      } else {
-        put_string(r, it->second);
-      }
-      reply(std::move(r));
-      return true;
-    }
+    case Op::compare_set:
+      return on_compare_set(conn, req, out);
     case Op::get: {
       std::string r;
       auto it = data_.find(req.keys[0]);
@@ -169,38 +284,15 @@ bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::v
       reply(std::move(r));
       return true;
     }
-    case Op::add: {
-      const std::string& key = req.keys[0];
-      int64_t value = req.number;
-      auto it = data_.find(key);
-      if (it != data_.end()) {
-        auto old = parse_counter(it->second);
-        if (!old) {
-          error = "ADD on the key '" + key + "', whose value is not a number";
-          return false;
-        }
-        value += *old;
-      }
-      store_value(key, std::to_string(value));
-      std::string r;
-      put_i64(r, value);
-      reply(std::move(r));
-      return true;
-    }
+    case Op::add:
+      return on_add(conn, req, out, error);
     case Op::check: {
       bool all = std::all_of(req.keys.begin(), req.keys.end(), [&](const std::string& k) { return exists(k); });
       reply(byte(all ? kReady : kNotReady));
       return true;
     }
-    case Op::wait: {
-      std::vector<std::string> missing;
-      for (const auto& k : req.keys) {
-        if (!exists(k) && std::find(missing.begin(), missing.end(), k) == missing.end()) missing.push_back(k);
-      }
-      if (missing.empty()) reply(byte(kStopWaiting));
-      else register_wait(conn, missing);
-      return true;
-    }
+    case Op::wait:
+      return on_wait(conn, req, out);
     case Op::num_keys: {
       std::string r;
       put_i64(r, static_cast<int64_t>(data_.size()));
@@ -211,24 +303,12 @@ bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::v
       watchers_[req.keys[0]].push_back(conn);
       reply(byte(kWatchRegistered));
       return true;
-    case Op::delete_key: {
-      auto it = data_.find(req.keys[0]);
-      int64_t n = 0;
-      if (it != data_.end()) {
-        std::string old = it->second;
-        data_.erase(it);
-        n = 1;
-        if (!watchers_.empty()) notify_watchers(req.keys[0], kKeyDeleted, old, std::string(), out);
-      }
-      std::string r;
-      put_i64(r, n);
-      reply(std::move(r));
-      return true;
-    }
+    case Op::delete_key:
+      return on_delete(conn, req, out);
     case Op::append: {
       auto it = data_.find(req.keys[0]);
       std::string v = it == data_.end() ? req.values[0] : it->second + req.values[0];
-      store_value(req.keys[0], std::move(v));
+      store_value(req.keys[0], std::move(v), out);
       return true;
     }
     case Op::multi_get: {
@@ -241,42 +321,16 @@ bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::v
       return true;
     }
     case Op::multi_set:
-      for (std::size_t i = 0; i < req.keys.size(); ++i) store_value(req.keys[i], req.values[i]);
+      for (std::size_t i = 0; i < req.keys.size(); ++i) store_value(req.keys[i], req.values[i], out);
       return true;
     case Op::cancel_wait:
       cancel_waits(conn);
       reply(byte(kWaitCanceled));
       return true;
-    case Op::queue_push: {
-      const std::string& name = req.keys[0];
-      queues_[name].push_back(req.values[0]);
-      // A push satisfies one waiter on the queue's name.
-      auto it = waiters_by_key_.find(name);
-      if (it != waiters_by_key_.end() && !it->second.empty()) {
-        WaiterPtr w = it->second.front();
-        it->second.erase(it->second.begin());
-        if (it->second.empty()) waiters_by_key_.erase(it);
-        w->keys.erase(std::remove(w->keys.begin(), w->keys.end(), name), w->keys.end());
-        if (--w->remaining == 0) {
-          out.push_back({w->conn, byte(kStopWaiting)});
-          forget_waiter(w);
-        }
-      }
-      return true;
-    }
-    case Op::queue_pop: {
-      std::string r;
-      auto it = queues_.find(req.keys[0]);
-      int64_t len = it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
-      put_i64(r, len);
-      if (len > 0) {
-        put_string(r, it->second.front());
-        it->second.pop_front();
-        if (it->second.empty()) queues_.erase(it);
-      }
-      reply(std::move(r));
-      return true;
-    }
+    case Op::queue_push:
+      return on_queue_push(req, out);
+    case Op::queue_pop:
+      return on_queue_pop(conn, req, out);
     case Op::queue_len: {
       std::string r;
       auto it = queues_.find(req.keys[0]);
@@ -291,27 +345,8 @@ bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::v
       reply(std::move(r));
       return true;
     }
-    case Op::barrier: {
-      const std::string& key = req.keys[0];
-      int64_t count = 1;
-      auto it = data_.find(key);
-      if (it != data_.end()) {
-        auto old = parse_counter(it->second);
-        if (!old) {
-          error = "BARRIER on the key '" + key + "', whose value is not a number";
-          return false;
-        }
-        count += *old;
-      }
-      data_[key] = std::to_string(count);
-      if (count >= req.number) {
-        changed(key, out);
-        reply(byte(kStopWaiting));
-      } else {
-        register_wait(conn, {key});
-      }
-      return true;
-    }
+    case Op::barrier:
+      return on_barrier(conn, req, out, error);
   }
   (void)dialect;
   return true;

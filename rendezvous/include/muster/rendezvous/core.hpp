@@ -36,6 +36,17 @@ using TimePoint = Clock::time_point;
 using Duration = std::chrono::milliseconds;
 using MemberId = uint64_t;
 
+// t + d, held at the clock's end instead of wrapping around.
+inline TimePoint saturating_add(TimePoint t, Duration d) {
+  using Ns = Clock::duration;
+  if (d.count() <= 0) return t;
+  constexpr auto kMaxMs = std::chrono::duration_cast<Duration>(Ns::max()).count();
+  if (d.count() >= kMaxMs) return TimePoint::max();
+  auto dn = std::chrono::duration_cast<Ns>(d);
+  if (t.time_since_epoch().count() > 0 && dn > TimePoint::max() - t) return TimePoint::max();
+  return t + dn;
+}
+
 struct Settings {
   int min_nodes = 1;
   int max_nodes = 1;
@@ -133,6 +144,7 @@ class Rendezvous {
   int restart_count() const { return restart_count_; }
   std::size_t participants() const { return participants_.size(); }
   std::size_t waiting() const { return waiting_.size(); }
+  std::size_t members() const { return members_.size(); }
   bool succeeded() const { return succeeded_; }
 
  private:

@@ -1,6 +1,11 @@
 // The rendezvous wire format: frames of a 4-byte big-endian length and that
-// many bytes of JSON, at most 1 MiB; every message has "type" and protocol
-// version "v". docs/protocol.md is the reference for every message.
+// many bytes of JSON; every message has "type" and protocol version "v".
+// docs/protocol.md is the reference for every message and every limit.
+//
+// Everything that arrives is hostile until decoded: each message has a struct,
+// an encoder and a validating decoder that returns a Status naming the field
+// for a missing field, a wrong type, a value out of range or one that does
+// not fit its type. No decoder throws and none fills in a silent default.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +20,17 @@
 namespace muster::rendezvous {
 
 constexpr int kProtocolVersion = 1;
-constexpr std::size_t kMaxFrame = 1024 * 1024;
+
+// Limits on what a peer may send; crossing one gets an `error` frame and the
+// connection closes (docs/protocol.md, "Limits").
+constexpr std::size_t kMaxFrame = 1024 * 1024;        // bytes of JSON in one frame
+constexpr int kMaxJsonDepth = 16;                     // nesting of arrays and objects
+constexpr std::size_t kMaxNameLength = 1024;          // job id, node name, address, role
+constexpr std::size_t kMaxTextLength = 64 * 1024;     // messages and reasons
+constexpr int kMaxLocalWorldSize = 4096;              // workers on one node
+constexpr int kMaxNodes = 500000;                     // max_nodes; with the above, WORLD_SIZE fits an int
+constexpr long long kMaxTimeoutMs = 365LL * 24 * 3600 * 1000;  // any timeout or interval: a year
+constexpr int kMaxKeepAliveAttempts = 1000000;
 
 std::string encode_frame(const nlohmann::json& message);
 
@@ -26,14 +41,21 @@ class FrameReader {
   // A frame's payload; nullopt when incomplete; a Status when the stream is
   // broken (oversized frame).
   Result<std::optional<std::string>> next();
+  std::size_t buffered() const { return buffer_.size() - offset_; }
 
  private:
   std::string buffer_;
   std::size_t offset_ = 0;
 };
 
-// Parses a frame's payload; checks "type" (a string) and "v" (this version).
+// Parses a frame's payload; checks nesting (before parsing), "type" (a
+// string) and "v" (exactly this version).
 Result<nlohmann::json> parse_message(std::string_view payload);
+// The deepest nesting of arrays and objects in a JSON text, counted without
+// parsing; stops counting past `limit`.
+int json_depth(std::string_view text, int limit);
+
+// --- Agent -> server --------------------------------------------------------
 
 // What an agent asks for when it joins a job.
 struct JoinMessage {
@@ -41,13 +63,42 @@ struct JoinMessage {
   JoinRequest request;
   Settings settings;
 };
+struct WorkersFailedMessage {
+  int round = 0;
+  FailureInfo failure;
+};
+struct WorkersSucceededMessage {
+  int round = 0;
+};
 
 nlohmann::json to_json(const JoinMessage& m);
+nlohmann::json to_json(const WorkersFailedMessage& m);
+nlohmann::json to_json(const WorkersSucceededMessage& m);
+nlohmann::json heartbeat_message();
+nlohmann::json leave_message();
 Result<JoinMessage> join_from_json(const nlohmann::json& j);
+Result<WorkersFailedMessage> workers_failed_from_json(const nlohmann::json& j);
+Result<WorkersSucceededMessage> workers_succeeded_from_json(const nlohmann::json& j);
+
 nlohmann::json to_json(const FailureInfo& f);
 Result<FailureInfo> failure_from_json(const nlohmann::json& j);
+
+// --- Server -> agent --------------------------------------------------------
+
 // The server's messages to a member (the member field is not sent).
 nlohmann::json to_json(const Output& o);
 nlohmann::json error_message(Code code, const std::string& message);
+// The `error` message, decoded.
+struct ErrorMessage {
+  std::string code;
+  std::string message;
+};
+// Any message the server sends, decoded and checked (member left 0).
+using ServerMessage = std::variant<out::Assign, out::Restart, out::Reject, out::Finished, ErrorMessage>;
+Result<ServerMessage> server_message_from_json(const nlohmann::json& j);
+
+// A peer's text made safe for one log line: control bytes escaped, cut to
+// `limit` bytes with the original length said.
+std::string log_excerpt(std::string_view text, std::size_t limit = 200);
 
 }  // namespace muster::rendezvous

@@ -1,29 +1,48 @@
 // The rendezvous server: many jobs keyed by rdzv_id on one Asio io_context,
 // each a Rendezvous core with its own timer. musterd runs it; an agent that
-// hosts its job's rendezvous runs the same code. A bad frame, malformed JSON,
-// an unknown type or a message out of order gets an error reply and closes
-// that connection only.
+// hosts its job's rendezvous runs the same code.
+//
+// Hostile input stays with its connection: a bad frame, malformed or too deep
+// JSON, a wrong-typed or out-of-range field, an unknown type or a message out
+// of order gets an `error` frame, is logged once (truncated) and closes that
+// connection only; no exception leaves a session. Every resource a peer can
+// make the server hold is bounded (ServerLimits, docs/protocol.md "Limits").
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <deque>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 
 #include "muster/common/status.hpp"
 #include "muster/rendezvous/core.hpp"
 
 namespace muster::rendezvous {
 
+// The named limits, with their defaults.
+struct ServerLimits {
+  std::size_t max_jobs = 10000;                 // jobs open at once; one more is rejected (unavailable)
+  std::size_t max_connections_per_peer = 4096;  // from one IP address; one more is closed at once
+  Duration join_wait = std::chrono::seconds(30);  // a connection that has not joined by then is closed
+  std::size_t max_queued_bytes = 8 * 1024 * 1024;  // unsent bytes to one peer; past it, it is closed
+  // A finished job leaves a tombstone (so a late joiner learns it is closed)
+  // for this long; at most max_tombstones are kept, the oldest go first.
+  Duration finished_job_lifetime = std::chrono::hours(1);
+  std::size_t max_tombstones = 100000;
+};
+
 class RendezvousServer {
  public:
   static Result<std::unique_ptr<RendezvousServer>> listen(boost::asio::io_context& io, const std::string& host,
-                                                          int port);
+                                                          int port, ServerLimits limits = {});
   // A server without a listener of its own: it serves connections handed to
   // it with adopt() (the static backend, sharing the store's port).
-  static std::unique_ptr<RendezvousServer> create(boost::asio::io_context& io);
+  static std::unique_ptr<RendezvousServer> create(boost::asio::io_context& io, ServerLimits limits = {});
   void adopt(boost::asio::ip::tcp::socket socket, std::string already_read);
   ~RendezvousServer();
   RendezvousServer(const RendezvousServer&) = delete;
@@ -31,26 +50,40 @@ class RendezvousServer {
 
   int port() const { return port_; }
   std::size_t jobs() const { return jobs_.size(); }
+  std::size_t tombstones() const { return tombstones_.size(); }
+  std::size_t connections() const { return sessions_.size(); }
   void close();
 
  private:
   class Session;
   struct Job;
-  explicit RendezvousServer(boost::asio::io_context& io);
+  struct Tombstone {
+    bool success = false;
+    TimePoint expires{};
+  };
+  RendezvousServer(boost::asio::io_context& io, ServerLimits limits);
   void accept();
+  void add_session(boost::asio::ip::tcp::socket socket, std::string already_read);
   void handle(Session& s, const std::string& payload);
+  void handle_join(Session& s, const nlohmann::json& msg);
   void deliver(Job& job, const std::vector<Output>& outputs);
   void rearm(Job& job, bool full = false);
   void arm(Job& job, TimePoint at);
+  void retire_if_closed(Job& job);
+  void expire_tombstones(TimePoint now);
   void gone(Session& s);
 
   boost::asio::io_context& io_;
+  ServerLimits limits_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer retry_timer_;
   int port_ = 0;
   MemberId next_member_ = 1;
-  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::unordered_map<std::string, Tombstone> tombstones_;
+  std::deque<std::pair<TimePoint, std::string>> tombstone_order_;
   std::map<MemberId, std::shared_ptr<Session>> sessions_;
+  std::unordered_map<std::string, std::size_t> per_peer_;
   std::shared_ptr<bool> alive_;
 };
 

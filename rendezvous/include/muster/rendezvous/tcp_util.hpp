@@ -29,6 +29,8 @@ class WriteQueue {
  public:
   void push(std::string_view bytes) { pending_.append(bytes); }
   bool writing() const { return writing_; }
+  // Bytes pushed and not yet written.
+  std::size_t queued() const { return pending_.size() + (writing_ ? sending_.size() : 0); }
   // Writes what is pending; done(error) once the queue is empty or a write failed.
   // keep_alive holds the queue's owner until the write completes.
   void flush(tcp::socket& socket, std::shared_ptr<void> keep_alive,

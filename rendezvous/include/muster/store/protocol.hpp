@@ -54,7 +54,9 @@ constexpr uint8_t kWatchRegistered = 3;
 // Limits a server enforces (at least what PyTorch's own server accepts).
 constexpr std::size_t kMaxKeyLength = 64 * 1024;
 constexpr std::size_t kMaxValueLength = 256 * 1024 * 1024;
-constexpr std::size_t kMaxKeyCount = 1024 * 1024;
+constexpr std::size_t kMaxKeyCount = 1024 * 1024;  // keys in one CHECK, WAIT, MULTI_GET or MULTI_SET
+// All the strings of one request together (a MULTI_SET of large values).
+constexpr std::size_t kMaxRequestBytes = 512 * 1024 * 1024;
 
 std::optional<Op> op_from_tag(Dialect d, uint8_t tag);
 uint8_t tag_of(Dialect d, Op op);  // 0xff when the dialect has no such query
@@ -76,7 +78,32 @@ struct ParseResult {
   std::string error;  // for invalid
 };
 
-// Parses one request from the front of data. Never reads past data.
+// Parses requests from a byte stream incrementally: each call takes what it
+// can of `data` (the bytes not consumed so far), keeps a partly read request
+// between calls, and never looks at a byte twice, so a request of any size
+// costs O(its size) however it is cut. `consumed` counts the bytes taken in
+// this call, complete or not; the caller drops them.
+class RequestParser {
+ public:
+  explicit RequestParser(Dialect d) : dialect_(d) {}
+  ParseResult next(std::string_view data, Request& out);
+  // Bytes held of a request not yet complete.
+  std::size_t partial_bytes() const { return total_; }
+
+ private:
+  enum class Stage { tag, fixed, count, items, done };
+  Dialect dialect_;
+  Stage stage_ = Stage::tag;
+  Request req_;
+  int field_ = 0;         // fixed part: which field is next
+  uint64_t count_ = 0;    // list part: how many items
+  std::size_t item_ = 0;  // list part: the next item
+  bool item_value_ = false;  // MULTI_SET: the next string is the item's value
+  std::size_t total_ = 0;
+};
+
+// Parses one request from the front of data, on its own (consumed is 0 while
+// the request is incomplete). Never reads past data.
 ParseResult parse_request(Dialect d, std::string_view data, Request& out);
 
 // Encoding helpers (little-endian, as every PyTorch build on x86-64/aarch64).

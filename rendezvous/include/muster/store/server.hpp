@@ -42,7 +42,7 @@ class StoreServer {
   class Session;
   explicit StoreServer(boost::asio::io_context& io);
   void accept();
-  void dispatch(std::vector<Reply>& replies);
+  void dispatch(std::vector<Reply>& replies, ConnId from);
   void forget(ConnId id);
 
   boost::asio::io_context& io_;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -39,25 +40,48 @@ class StoreState {
   bool contains(const std::string& key) const { return data_.count(key) > 0; }
 
  private:
+  // A WAIT (or BARRIER) of one connection on the keys still missing. It sits
+  // in the list of each such key; every registration remembers where, so
+  // satisfying or cancelling it costs O(its keys), whatever else waits.
+  struct Waiter;
+  using WaiterPtr = std::shared_ptr<Waiter>;
+  using KeyWaiters = std::list<std::pair<WaiterPtr, std::size_t>>;  // waiter, index of its registration
   struct Waiter {
     ConnId conn = 0;
     std::size_t remaining = 0;
-    std::vector<std::string> keys;
+    struct Registration {
+      const std::string* key = nullptr;  // the key in waiters_by_key_ (node-based: stable)
+      KeyWaiters::iterator at;
+      bool active = false;
+    };
+    std::vector<Registration> registrations;
+    std::list<WaiterPtr>::iterator in_conn;
   };
-  using WaiterPtr = std::shared_ptr<Waiter>;
 
   bool exists(const std::string& key) const;
   void changed(const std::string& key, std::vector<Reply>& out);
+  void count_down(const WaiterPtr& w, std::size_t registration, std::vector<Reply>& out);
   void notify_watchers(const std::string& key, uint8_t kind, const std::string& old_value,
                        const std::string& new_value, std::vector<Reply>& out);
-  void register_wait(ConnId conn, const std::vector<std::string>& missing);
+  void register_wait(ConnId conn, const std::vector<const std::string*>& missing);
   void forget_waiter(const WaiterPtr& w);
   void cancel_waits(ConnId conn);
+  void store_value(const std::string& key, std::string value, std::vector<Reply>& out);
+
+  // One function per request; false: the request is malformed for the store.
+  using Out = std::vector<Reply>;
+  bool on_compare_set(ConnId conn, const Request& req, Out& out);
+  bool on_add(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_wait(ConnId conn, const Request& req, Out& out);
+  bool on_delete(ConnId conn, const Request& req, Out& out);
+  bool on_queue_push(const Request& req, Out& out);
+  bool on_queue_pop(ConnId conn, const Request& req, Out& out);
+  bool on_barrier(ConnId conn, const Request& req, Out& out, std::string& error);
 
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
-  std::unordered_map<std::string, std::vector<WaiterPtr>> waiters_by_key_;
-  std::unordered_map<ConnId, std::vector<WaiterPtr>> waiters_by_conn_;
+  std::unordered_map<std::string, KeyWaiters> waiters_by_key_;
+  std::unordered_map<ConnId, std::list<WaiterPtr>> waiters_by_conn_;
   std::unordered_map<std::string, std::vector<ConnId>> watchers_;
 };
 
