@@ -46,8 +46,21 @@ Agent::Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, Laun
       cfg_(std::move(cfg)),
       env_(std::move(env)),
       core_(cfg_.nproc_per_node, cfg_.max_restarts, cfg_.max_nodes > 1),
+      writer_(io,
+              [](const std::string& sink, int error) {
+                log::error("cannot write to " + sink + ": " + std::strerror(error) +
+                           "; the job goes on, and output to it is dropped from here on");
+              }),
       supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
-      shutdown_timer_(io) {}
+      shutdown_timer_(io) {
+  writer_.add(STDOUT_FILENO, "the console (stdout)", false);
+  writer_.add(STDERR_FILENO, "the console (stderr)", false);
+  log::set_writer([this](std::string_view line) { writer_.push(STDERR_FILENO, line); });
+}
+
+Agent::~Agent() { log::set_writer(nullptr); }
+
+void Agent::say(const std::string& text) { writer_.push(STDERR_FILENO, text); }
 
 Status Agent::form_group() {
   // One node: this agent is group rank 0 of a group of one.
@@ -115,7 +128,7 @@ int Agent::run() {
   if (cfg_.max_nodes > 1) return run_coordinated();
   if (auto st = form_group(); !st.ok()) {
     std::string msg = "muster: error: " + st.message() + "\n";
-    write_fully(STDERR_FILENO, msg.data(), msg.size());
+    say(msg);
     return 1;
   }
   if (log::enabled(log::Level::info)) {
@@ -230,6 +243,7 @@ std::vector<WorkerLaunch> Agent::build_launches(const std::string& attempt_dir) 
       if (tee && shown) {
         p.mode = StreamPlan::Mode::tee;
         p.path = path;
+        p.tee.writer = &writer_;
         p.tee.console_fd = console_fd;
         p.tee.prefix = prefix;
         p.tee.filtered_fd = filtered_fd;
@@ -287,17 +301,22 @@ void Agent::start_workers(int restart_count) {
   }
 }
 
-void Agent::open_filtered_logs(const std::string& attempt_dir) {
+void Agent::close_filtered_logs() {
   for (int* fd : {&filtered_stdout_fd_, &filtered_stderr_fd_}) {
-    if (*fd >= 0) ::close(*fd);
+    if (*fd >= 0) writer_.release(*fd);  // closed once written
     *fd = -1;
   }
+}
+
+void Agent::open_filtered_logs(const std::string& attempt_dir) {
+  close_filtered_logs();
   if (attempt_dir.empty()) return;
   auto open_log = [&](const std::vector<std::string>& filters, const char* name) {
     if (filters.empty()) return -1;
     std::string path = attempt_dir + "/" + name;
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) log::warning("cannot create " + path + ": " + std::strerror(errno));
+    if (fd >= 0) writer_.add(fd, path, true);
     return fd;
   };
   filtered_stdout_fd_ = open_log(cfg_.duplicate_stdout_filters, "filtered_stdout.log");
@@ -330,7 +349,7 @@ void Agent::finish(int exit_code) {
     if (core_.stop_reason() == StopReason::signal && core_.received_signal()) {
       std::string msg = "SignalException: Process " + std::to_string(getpid()) +
                         " got signal: " + std::to_string(*core_.received_signal()) + "\n";
-      write_fully(STDERR_FILENO, msg.data(), msg.size());
+      say(msg);
     } else if (coordinated_ && job_root_cause_) {
       report_job_failure();
     } else if (!core_.failures().empty()) {
@@ -339,10 +358,7 @@ void Agent::finish(int exit_code) {
   } else {
     log::info("[" + cfg_.role + "] worker group successfully finished.");
   }
-  for (int* fd : {&filtered_stdout_fd_, &filtered_stderr_fd_}) {
-    if (*fd >= 0) ::close(*fd);
-    *fd = -1;
-  }
+  close_filtered_logs();
   io_.stop();
 }
 
@@ -359,7 +375,7 @@ void Agent::report_failure() {
                                             f.stopped_by_agent));
   }
   std::string report = "ChildFailedError: " + format_failure_report(cfg_.entrypoint_name, failures, host_) + "\n";
-  write_fully(STDERR_FILENO, report.data(), report.size());
+  say(report);
   copy_error_file_to_parent(failures[root_cause_index(failures)]);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent_core.hpp"
+#include "async_writer.hpp"
 #include "failure_report.hpp"
 #include "launch_config.hpp"
 #include "log_dir.hpp"
@@ -29,6 +30,9 @@ class Agent {
  public:
   // env: the agent's environment with its own additions already made.
   Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, LaunchConfig cfg, Environment env);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
 
   // Runs the job to its end; returns the agent's exit code.
   int run();
@@ -55,12 +59,17 @@ class Agent {
   void copy_error_file_to_parent(const ProcessFailure& root);
   std::vector<WorkerLaunch> build_launches(const std::string& attempt_dir);
   void open_filtered_logs(const std::string& attempt_dir);
+  void close_filtered_logs();
+  // Text for the agent's stderr (errors, reports), through the writer.
+  void say(const std::string& text);
 
   boost::asio::io_context& io_;
   boost::asio::signal_set& signals_;
   LaunchConfig cfg_;
   Environment env_;
   AgentCore core_;
+  // Before supervisor_: the workers' output pumps write through it.
+  AsyncWriter writer_;
   Supervisor supervisor_;
   boost::asio::steady_timer shutdown_timer_;
   std::optional<LogDirectory> logs_;

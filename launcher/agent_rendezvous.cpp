@@ -160,7 +160,7 @@ int Agent::run_coordinated() {
   coordinated_ = true;
   if (auto st = setup_rendezvous(); !st.ok()) {
     std::string msg = "muster: error: " + st.message() + "\n";
-    write_fully(STDERR_FILENO, msg.data(), msg.size());
+    say(msg);
     return 1;
   }
   io_.poll();  // a signal during start-up ends the run before anything starts
@@ -260,7 +260,7 @@ void Agent::on_rendezvous_message(const json& raw) {
 void Agent::on_rendezvous_error(const Status& st) {
   if (finished_) return;
   std::string msg = "muster: error: " + st.message() + "\n";
-  write_fully(STDERR_FILENO, msg.data(), msg.size());
+  say(msg);
   stop_then(AfterStop::finish, 1);
 }
 
@@ -313,7 +313,7 @@ void Agent::report_job_failure() {
     failures.push_back(p);
   }
   std::string report = "ChildFailedError: " + format_failure_report(cfg_.entrypoint_name, failures, host_) + "\n";
-  write_fully(STDERR_FILENO, report.data(), report.size());
+  say(report);
 }
 
 }  // namespace muster::launcher

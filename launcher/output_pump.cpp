@@ -13,7 +13,7 @@ OutputPump::OutputPump(boost::asio::io_context& io, int pipe_read_fd, PumpTarget
 }
 
 OutputPump::~OutputPump() {
-  if (targets_.file_fd >= 0) ::close(targets_.file_fd);
+  if (targets_.file_fd >= 0 && targets_.writer != nullptr) targets_.writer->release(targets_.file_fd);
 }
 
 void OutputPump::start(std::function<void()> on_eof) {
@@ -24,6 +24,15 @@ void OutputPump::start(std::function<void()> on_eof) {
 void OutputPump::read_more() {
   if (eof_) return;
   auto self = shared_from_this();
+  // A sink that is behind: read again once it has room.
+  if (targets_.writer != nullptr) {
+    for (int fd : {targets_.file_fd, targets_.console_fd, targets_.filtered_fd}) {
+      if (fd >= 0 && targets_.writer->full(fd)) {
+        targets_.writer->when_room(fd, [self] { self->read_more(); });
+        return;
+      }
+    }
+  }
   pipe_.async_read_some(boost::asio::buffer(buf_), [self](const boost::system::error_code& ec, std::size_t n) {
     if (self->eof_) return;  // stopped meanwhile
     if (n > 0) self->consume(std::string_view(self->buf_.data(), n));
@@ -37,8 +46,12 @@ void OutputPump::read_more() {
 
 void OutputPump::stop() { at_eof(); }
 
+void OutputPump::push(int fd, std::string_view bytes) {
+  if (fd >= 0 && targets_.writer != nullptr) targets_.writer->push(fd, bytes);
+}
+
 void OutputPump::consume(std::string_view data) {
-  if (targets_.file_fd >= 0) write_fully(targets_.file_fd, data.data(), data.size());
+  push(targets_.file_fd, data);
   splitter_.feed(data, [this](std::string_view line, bool complete) { emit_line(line, complete); });
 }
 
@@ -47,11 +60,11 @@ void OutputPump::emit_line(std::string_view line, bool /*complete*/) {
   line_buf_ += targets_.prefix;
   line_buf_.append(line);
   line_buf_.push_back('\n');
-  if (targets_.console_fd >= 0) write_fully(targets_.console_fd, line_buf_.data(), line_buf_.size());
+  push(targets_.console_fd, line_buf_);
   if (targets_.filtered_fd >= 0) {
     for (const auto& f : targets_.filters) {
       if (line.find(f) != std::string_view::npos) {
-        write_fully(targets_.filtered_fd, line_buf_.data(), line_buf_.size());
+        push(targets_.filtered_fd, line_buf_);
         break;
       }
     }
@@ -64,6 +77,10 @@ void OutputPump::at_eof() {
   splitter_.finish([this](std::string_view line, bool complete) { emit_line(line, complete); });
   boost::system::error_code ignored;
   pipe_.cancel(ignored);
+  if (targets_.file_fd >= 0 && targets_.writer != nullptr) {
+    targets_.writer->release(targets_.file_fd);
+    targets_.file_fd = -1;
+  }
   if (auto done = std::move(on_eof_)) {
     on_eof_ = nullptr;
     done();

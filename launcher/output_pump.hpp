@@ -1,7 +1,9 @@
 // Carries one tee'd stream of one worker: bytes from the worker's pipe go to
 // its log file unchanged and, line by line with the rank's prefix, to the
-// agent's console. Each console line is one write(), so lines of different
-// workers never interleave mid-line.
+// agent's console. Every write goes through the agent's AsyncWriter, so lines
+// of different workers never interleave mid-line and a slow sink never blocks
+// the event loop; while a sink's buffer is full the pump stops reading the
+// pipe, and the worker waits on its own write.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -12,16 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "async_writer.hpp"
 #include "line_splitter.hpp"
 #include "muster/common/fd_io.hpp"
 
 namespace muster::launcher {
 
 struct PumpTargets {
-  int file_fd = -1;       // owned; -1 for none
-  int console_fd = -1;    // not owned; -1 for none
+  AsyncWriter* writer = nullptr;  // required when any fd below is set
+  int file_fd = -1;       // registered with the writer, which owns and closes it
+  int console_fd = -1;    // registered with the writer, not owned
   std::string prefix;
-  int filtered_fd = -1;   // not owned; lines matching a filter are copied here
+  int filtered_fd = -1;   // registered with the writer; lines matching a filter are copied here
   std::vector<std::string> filters;
 };
 
@@ -43,6 +47,7 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   void consume(std::string_view data);
   void emit_line(std::string_view line, bool complete);
   void at_eof();
+  void push(int fd, std::string_view bytes);
 
   boost::asio::posix::stream_descriptor pipe_;
   PumpTargets targets_;

@@ -78,12 +78,13 @@ ExitStatus from_siginfo(const siginfo_t& si) {
 }  // namespace
 
 struct Supervisor::Worker {
-  explicit Worker(boost::asio::io_context& io) : pidfd(io), drain_timer(io) {}
+  explicit Worker(boost::asio::io_context& io) : pidfd(io), control_sd(io), drain_timer(io) {}
   int local_rank = 0;
   pid_t shim_pid = 0;
   pid_t pid = 0;
-  int control = -1;
+  int control = -1;  // the control socket's fd, owned by control_sd
   boost::asio::posix::stream_descriptor pidfd;
+  boost::asio::posix::stream_descriptor control_sd;
   std::vector<std::shared_ptr<OutputPump>> pumps;
   bool exited = false;
   // The exit, held back until the worker's tee'd output has all been passed on.
@@ -102,10 +103,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, ExitHandler on_exit) : io_(i
 Supervisor::~Supervisor() {
   // Closing the control sockets tells every shim still running that the agent
   // is done: each kills its worker's tree. All are told first, then awaited.
-  for (auto& w : workers_) {
-    if (w->control >= 0) ::close(w->control);
-    w->control = -1;
-  }
+  for (auto& w : workers_) close_control(*w);
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (auto& w : workers_) {
     if (w->exited || !w->pidfd.is_open()) continue;
@@ -161,11 +159,12 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     w->local_rank = launch.local_rank;
     w->shim_pid = shim;
     w->control = sv[0];
+    w->control_sd.assign(sv[0]);
     int pfd = pidfd_open(shim);
     if (pfd < 0) {
       std::string why = errno_text();
       // Closing the control socket makes the shim take its worker down and exit.
-      ::close(sv[0]);
+      close_control(*w);
       waitpid(shim, nullptr, 0);
       for (int fd : {out->parent, out->file, err->parent, err->file}) if (fd >= 0) ::close(fd);
       return io_error("pidfd_open failed (muster needs Linux 5.4 or newer): " + why);
@@ -175,6 +174,10 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
       if (fds.parent < 0) return;
       PumpTargets targets = plan.tee;
       targets.file_fd = fds.file;
+      if (fds.file >= 0) {
+        if (targets.writer != nullptr) targets.writer->add(fds.file, plan.path, true);
+        else ::close(fds.file), targets.file_fd = -1;
+      }
       auto pump = std::make_shared<OutputPump>(io_, fds.parent, std::move(targets));
       Worker* wp = w.get();
       pump->start([this, wp] { deliver_if_drained(*wp); });
@@ -184,15 +187,30 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     add_pump(err.value(), launch.err);
     workers_.push_back(std::move(w));
     watch(*workers_.back());
+    watch_pid(*workers_.back());
   }
-  for (auto& w : workers_) read_pid(*w, true);
   return {};
 }
 
-void Supervisor::read_pid(Worker& w, bool blocking) {
+void Supervisor::close_control(Worker& w) {
+  if (w.control < 0) return;
+  boost::system::error_code ignored;
+  w.control_sd.close(ignored);
+  w.control = -1;
+}
+
+// The shim sends the worker's PID once it has forked it; the event loop
+// takes it when it comes, never waiting for it.
+void Supervisor::watch_pid(Worker& w) {
+  w.control_sd.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                          [this, &w](const boost::system::error_code& ec) {
+                            if (ec) return;
+                            read_pid(w);
+                          });
+}
+
+void Supervisor::read_pid(Worker& w) {
   if (w.pid != 0 || w.control < 0) return;
-  pollfd p{w.control, POLLIN, 0};
-  if (poll(&p, 1, blocking ? 5000 : 0) <= 0) return;
   int32_t pid = 0;
   ssize_t r = ::recv(w.control, &pid, sizeof pid, MSG_DONTWAIT);
   if (r == static_cast<ssize_t>(sizeof pid)) w.pid = pid;
@@ -212,12 +230,9 @@ void Supervisor::on_shim_exit(Worker& w) {
     si.si_code = CLD_KILLED;
     si.si_status = SIGKILL;
   }
-  read_pid(w, false);
+  read_pid(w);
   w.exited = true;
-  if (w.control >= 0) {
-    ::close(w.control);
-    w.control = -1;
-  }
+  close_control(w);
   WorkerExit e;
   e.local_rank = w.local_rank;
   e.pid = w.pid != 0 ? w.pid : w.shim_pid;
@@ -258,9 +273,11 @@ void Supervisor::signal_all(int signo) {
   }
 }
 
-pid_t Supervisor::worker_pid(int local_rank) const {
+pid_t Supervisor::worker_pid(int local_rank) {
   for (const auto& w : workers_) {
-    if (w->local_rank == local_rank) return w->pid != 0 ? w->pid : w->shim_pid;
+    if (w->local_rank != local_rank) continue;
+    read_pid(*w);
+    return w->pid != 0 ? w->pid : w->shim_pid;
   }
   return 0;
 }

@@ -60,14 +60,17 @@ class Supervisor {
   Status start(const std::vector<WorkerLaunch>& launches);
   // Sends signo to the process group of every worker still running.
   void signal_all(int signo);
-  pid_t worker_pid(int local_rank) const;
+  // The worker's PID (its shim's until the shim has reported it).
+  pid_t worker_pid(int local_rank);
   std::vector<int> running() const;
 
  private:
   struct Worker;
   void watch(Worker& w);
   void on_shim_exit(Worker& w);
-  void read_pid(Worker& w, bool blocking);
+  void watch_pid(Worker& w);
+  void read_pid(Worker& w);
+  void close_control(Worker& w);
   void deliver_if_drained(Worker& w);
 
   boost::asio::io_context& io_;

@@ -17,6 +17,7 @@ namespace {
 struct Sink {
   Level level = Level::warning;
   std::string component = "muster";
+  Writer writer;
 };
 
 Sink& sink() {
@@ -50,6 +51,8 @@ void init_from_env(std::string_view component) {
 
 void set_level(Level level) { sink().level = level; }
 
+void set_writer(Writer writer) { sink().writer = std::move(writer); }
+
 bool enabled(Level level) { return static_cast<int>(level) >= static_cast<int>(sink().level); }
 
 void write(Level level, std::string_view message) {
@@ -74,6 +77,7 @@ void write(Level level, std::string_view message) {
     if (end == std::string_view::npos) break;
     start = end + 1;
   }
+  if (sink().writer) return sink().writer(out);
   // One write per message so concurrent writers never split it.
   write_fully(STDERR_FILENO, out.data(), out.size());
 }

@@ -4,6 +4,7 @@
 // Every line of a multi-line message gets the prefix.
 #pragma once
 
+#include <functional>
 #include <string_view>
 
 namespace muster::log {
@@ -15,6 +16,11 @@ void init_from_env(std::string_view component);
 void set_level(Level level);
 bool enabled(Level level);
 void write(Level level, std::string_view message);
+// Where formatted lines go instead of a blocking write to stderr (the agent
+// hands them to its AsyncWriter); nullptr restores the direct write. A forked
+// child must reset it before it logs.
+using Writer = std::function<void(std::string_view line)>;
+void set_writer(Writer writer);
 
 inline void debug(std::string_view m) { write(Level::debug, m); }
 inline void info(std::string_view m) { write(Level::info, m); }
