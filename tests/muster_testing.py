@@ -108,11 +108,13 @@ def free_port():
 MUSTERD = os.environ.get("MUSTERD_BIN", "")
 
 
-def start_musterd():
-    """Starts musterd on a free loopback port; returns (process, port)."""
+def start_musterd(*extra, stderr=None):
+    """Starts musterd on a free loopback port; returns (process, port). Its
+    log goes to `stderr` (a file object) when given: a pipe nobody reads
+    would fill up under a test that makes it log a lot."""
     assert MUSTERD, "MUSTERD_BIN is not set (run through ctest)"
-    proc = subprocess.Popen([MUSTERD, "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([MUSTERD, "--listen", "127.0.0.1:0", *extra], stdout=subprocess.PIPE,
+                            stderr=stderr if stderr is not None else subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("musterd listening on "), line
     return proc, int(line.rsplit(":", 1)[1])
@@ -147,3 +149,68 @@ def wait_all(procs, timeout):
         if p.returncode != 0:
             failed.append(err)
     return failed
+
+
+import socket as _socket
+import struct as _struct
+
+
+class RdzvConn:
+    """A simulated agent: one connection speaking the rendezvous protocol."""
+
+    def __init__(self, port):
+        self.sock = _socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+
+    def send(self, msg):
+        data = json.dumps(msg).encode() if not isinstance(msg, bytes) else msg
+        self.sock.sendall(_struct.pack(">I", len(data)) + data)
+
+    def join(self, job, node, nproc=1, min_nodes=1, max_nodes=1, **settings):
+        s = {"min_nodes": min_nodes, "max_nodes": max_nodes, "keep_alive_interval_ms": 200,
+             "keep_alive_max_attempt": 3, "last_call_timeout_ms": 300, "join_timeout_ms": 3000}
+        s.update(settings)
+        self.send({"type": "join", "v": 1, "job": job, "node": node, "address": f"{node}.test",
+                   "local_world_size": nproc, "store_port": 1000 + len(node), "settings": s})
+
+    def recv(self, timeout=10.0):
+        self.sock.settimeout(timeout * SLACK)
+        while True:
+            if len(self.buf) >= 4:
+                (n,) = _struct.unpack(">I", self.buf[:4])
+                if len(self.buf) >= 4 + n:
+                    msg = json.loads(self.buf[4:4 + n])
+                    self.buf = self.buf[4 + n:]
+                    return msg
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            self.buf += chunk
+
+    def close(self):
+        self.sock.close()
+
+
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def write_json_atomically(path, value):
+    """Writes value as JSON by rename, so a reader never sees half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(value, f)
+    os.replace(tmp, path)

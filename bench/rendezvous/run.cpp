@@ -215,7 +215,9 @@ int main(int argc, char** argv) {
   pid_t pid = fork();
   if (pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
-    execl(argv[1], argv[1], "--listen", "127.0.0.1:0", static_cast<char*>(nullptr));
+    // Every simulated agent comes from 127.0.0.1: lift the per-address cap.
+    execl(argv[1], argv[1], "--listen", "127.0.0.1:0", "--max-connections-per-peer", "1000000",
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[1]);

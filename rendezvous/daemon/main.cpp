@@ -44,7 +44,29 @@ int main(int argc, char** argv) {
   CLI::App app{"musterd: the muster rendezvous daemon"};
   std::string listen = "0.0.0.0:29400";
   app.add_option("--listen", listen, "ADDR:PORT to listen on ([::]:PORT for IPv6)")->capture_default_str();
+  muster::rendezvous::ServerLimits limits;
+  long long join_wait_ms = limits.join_wait.count();
+  long long lifetime_s = std::chrono::duration_cast<std::chrono::seconds>(limits.finished_job_lifetime).count();
+  app.add_option("--max-jobs", limits.max_jobs, "jobs open at once; a join that would open one more is rejected")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10000000}));
+  app.add_option("--max-connections-per-peer", limits.max_connections_per_peer,
+                 "connections held from one IP address; more are closed at once")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10000000}));
+  app.add_option("--join-wait-ms", join_wait_ms, "a connection that has not joined within this is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1LL, 86400000LL));
+  app.add_option("--finished-job-lifetime", lifetime_s,
+                 "seconds a finished job is remembered, so late joiners learn it is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(0LL, 30LL * 86400));
+  app.add_option("--max-finished-jobs", limits.max_tombstones, "finished jobs remembered at most (oldest go first)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{0}, std::size_t{100000000}));
   CLI11_PARSE(app, argc, argv);
+  limits.join_wait = std::chrono::milliseconds(join_wait_ms);
+  limits.finished_job_lifetime = std::chrono::seconds(lifetime_s);
 
   muster::log::init_from_env("musterd");
   // One descriptor per agent or store client: take the whole hard limit.
@@ -59,7 +81,7 @@ int main(int argc, char** argv) {
   }
   boost::asio::io_context io(1);
   auto server = muster::rendezvous::RendezvousServer::listen(io, ep->host == "localhost" ? "127.0.0.1" : ep->host,
-                                                             ep->port);
+                                                             ep->port, limits);
   if (!server.ok()) {
     std::cerr << "musterd: error: " << server.status().message() << "\n";
     return 1;

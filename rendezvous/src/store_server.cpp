@@ -93,11 +93,13 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
         if (!*self->alive_) co_return;
       }
       if (self->closed_) break;
-      std::size_t n =
-          co_await self->socket_.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
-      if (!*self->alive_) co_return;
-      if (ec || self->closed_) break;  // the peer went away, or reset() meanwhile
-      self->in_.append(buf.data(), n);
+      if (!self->held_back_) {
+        std::size_t n =
+            co_await self->socket_.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
+        if (!*self->alive_) co_return;
+        if (ec || self->closed_) break;  // the peer went away, or reset() meanwhile
+        self->in_.append(buf.data(), n);
+      }
       bool keep = false;
       try {
         keep = self->process();
@@ -122,7 +124,17 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
     }
     std::vector<Reply> replies;
     bool ok = true;
+    held_back_ = false;
+    std::size_t own_bytes = out_.queued();
+    std::size_t counted = 0;
     while (in_pos_ < in_.size()) {
+      for (; counted < replies.size(); ++counted) {
+        if (replies[counted].conn == id_) own_bytes += replies[counted].bytes.size();
+      }
+      if (own_bytes > kPauseReadingAt) {
+        held_back_ = true;  // the rest waits until this client has read its replies
+        break;
+      }
       Request req;
       auto parsed = parser_->next(std::string_view(in_).substr(in_pos_), req);
       in_pos_ += parsed.consumed;
@@ -162,6 +174,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   net::WriteQueue out_;
   bool closed_ = false;
   bool diverted_ = false;
+  bool held_back_ = false;  // requests left in in_ for want of room to answer them
   Dialect dialect_ = Dialect::v2;
 };
 

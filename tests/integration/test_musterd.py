@@ -10,44 +10,8 @@ import time
 
 import pytest
 
-from muster_testing import SLACK, start_musterd, stop_musterd
+from muster_testing import SLACK, RdzvConn as Agent, start_musterd, stop_musterd
 
-
-
-class Agent:
-    """A simulated agent: one connection speaking the rendezvous protocol."""
-
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-
-    def send(self, msg):
-        data = json.dumps(msg).encode()
-        self.sock.sendall(struct.pack(">I", len(data)) + data)
-
-    def join(self, job, node, nproc=1, min_nodes=1, max_nodes=1, **settings):
-        s = {"min_nodes": min_nodes, "max_nodes": max_nodes, "keep_alive_interval_ms": 200,
-             "keep_alive_max_attempt": 3, "last_call_timeout_ms": 300, "join_timeout_ms": 3000}
-        s.update(settings)
-        self.send({"type": "join", "v": 1, "job": job, "node": node, "address": f"{node}.test",
-                   "local_world_size": nproc, "store_port": 1000 + len(node), "settings": s})
-
-    def recv(self, timeout=10.0):
-        self.sock.settimeout(timeout * SLACK)
-        while True:
-            if len(self.buf) >= 4:
-                (n,) = struct.unpack(">I", self.buf[:4])
-                if len(self.buf) >= 4 + n:
-                    msg = json.loads(self.buf[4:4 + n])
-                    self.buf = self.buf[4 + n:]
-                    return msg
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                return None
-            self.buf += chunk
-
-    def close(self):
-        self.sock.close()
 
 
 @pytest.fixture
