@@ -288,3 +288,22 @@ TEST_CASE("next_deadline names the earliest timer", "[rdzv]") {
   REQUIRE(next);
   CHECK(*next == job.now + 15s);  // the heartbeat deadline comes before the 30 s last call
 }
+
+TEST_CASE("timeouts near the clock's end saturate instead of wrapping", "[rendezvous][hardening]") {
+  auto t = Clock::now();
+  CHECK(saturating_add(t, Duration(1LL << 62)) == TimePoint::max());
+  CHECK(saturating_add(TimePoint::max() - std::chrono::seconds(1), Duration(5000)) == TimePoint::max());
+  CHECK(saturating_add(t, Duration(5)) == t + Duration(5));
+  Settings s;
+  s.join_timeout = Duration(365LL * 24 * 3600 * 1000);
+  s.keep_alive_interval = Duration(365LL * 24 * 3600 * 1000);
+  s.keep_alive_max_attempt = 1000000;
+  s.min_nodes = 2;
+  s.max_nodes = 2;
+  Rendezvous r(s);
+  JoinRequest j;
+  j.node_name = "a";
+  CHECK(r.join(1, j, t).empty());
+  CHECK(r.tick(t + std::chrono::hours(24)).empty());  // nothing fires early
+  CHECK(r.next_deadline().has_value());
+}

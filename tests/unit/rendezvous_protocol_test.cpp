@@ -62,3 +62,78 @@ TEST_CASE("a join survives the round trip and bad settings are refused", "[frame
   j.erase("job");
   CHECK_FALSE(join_from_json(j).ok());
 }
+
+TEST_CASE("decoders refuse values that do not fit, wrong types and deep nesting", "[frames][hardening]") {
+  JoinMessage m;
+  m.job = "j";
+  m.request.node_name = "n";
+  m.request.address = "a";
+  auto base = to_json(m);
+  auto refused = [&](const char* key, nlohmann::json value, const char* fragment) {
+    auto j = base;
+    j[key] = value;
+    auto r = join_from_json(j);
+    INFO(key << " = " << value.dump());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find(fragment) != std::string::npos);
+  };
+  refused("local_world_size", 1ULL << 40, "local_world_size");
+  refused("local_world_size", 1e300, "must be an integer");
+  refused("local_world_size", 1.5, "must be an integer");
+  refused("local_world_size", 0, "must be in [1, ");
+  refused("store_port", 1ULL << 40, "store_port");
+  refused("node", "", "\"node\"");
+  refused("job", std::string(kMaxNameLength + 1, 'j'), "over the limit");
+  refused("is_host", "yes", "true or false");
+  auto j = base;
+  j["settings"]["join_timeout_ms"] = 1LL << 62;
+  CHECK_FALSE(join_from_json(j).ok());
+  CHECK_FALSE(parse_message(R"({"type":"join","v":4294967297})").ok());
+  CHECK_FALSE(parse_message(R"({"type":"join","v":1.0})").ok());
+  std::string deep = R"({"type":"x","v":1,"a":)" + std::string(100, '[') + std::string(100, ']') + "}";
+  CHECK(parse_message(deep).status().message().find("nests deeper") != std::string::npos);
+  // Brackets inside strings do not count.
+  CHECK(parse_message(R"({"type":"x","v":1,"a":"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})").ok());
+}
+
+TEST_CASE("every message round-trips through its encoder and decoder", "[frames][hardening]") {
+  FailureInfo f{7, 3, -9, "host", "boom", 1700000000};
+  auto wf = workers_failed_from_json(to_json(WorkersFailedMessage{4, f}));
+  REQUIRE(wf.ok());
+  CHECK(wf->round == 4);
+  CHECK(wf->failure.exitcode == -9);
+  CHECK(wf->failure.message == "boom");
+  CHECK(workers_succeeded_from_json(to_json(WorkersSucceededMessage{2})).value().round == 2);
+  CHECK_FALSE(workers_failed_from_json({{"type", "workers_failed"}, {"v", 1}, {"round", "x"}}).ok());
+
+  out::Assign a;
+  a.round = 1;
+  a.group_rank = 1;
+  a.group_world_size = 2;
+  a.ranks.base_global_rank = 4;
+  a.ranks.global_world_size = 8;
+  a.ranks.role_world_size = 8;
+  a.master_addr = "m";
+  a.master_port = 29500;
+  auto back = server_message_from_json(to_json(Output(a)));
+  REQUIRE(back.ok());
+  CHECK(std::get<out::Assign>(back.value()).master_port == 29500);
+  auto bad = to_json(Output(a));
+  bad.erase("master_port");
+  CHECK(server_message_from_json(bad).status().message().find("\"master_port\" is missing") != std::string::npos);
+  bad = to_json(Output(a));
+  bad["group_rank"] = 2;  // outside a group of 2
+  CHECK_FALSE(server_message_from_json(bad).ok());
+  auto fin = server_message_from_json(to_json(Output(out::Finished{0, false, f, "failed"})));
+  REQUIRE(fin.ok());
+  CHECK(std::get<out::Finished>(fin.value()).root_cause->global_rank == 7);
+  auto rej = server_message_from_json(to_json(Output(out::Reject{0, muster::Code::closed, "closed"})));
+  CHECK(std::get<out::Reject>(rej.value()).code == muster::Code::closed);
+}
+
+TEST_CASE("text that is not UTF-8 is encoded, not thrown", "[frames][hardening]") {
+  FailureInfo f;
+  f.message = "bad \xff\xfe bytes";
+  CHECK_NOTHROW(encode_frame(to_json(f)));
+  CHECK(log_excerpt(std::string("a\nb") + std::string(300, 'x'), 10).find("\\x0a") != std::string::npos);
+}

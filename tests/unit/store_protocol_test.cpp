@@ -60,3 +60,51 @@ TEST_CASE("unknown tags and oversized lengths are invalid, not allocated", "[pro
   put_u64(many, 1ULL << 30);
   CHECK(parse_request(Dialect::v2, many, r).status == ParseStatus::invalid);
 }
+
+TEST_CASE("the incremental parser gives the same requests however the stream is cut", "[protocol][hardening]") {
+  Request a;
+  a.op = Op::multi_set;
+  a.keys = {"k1", "key-two", ""};
+  a.values = {"v1", std::string(1000, 'x'), "v3"};
+  Request b;
+  b.op = Op::wait;
+  b.keys = {"x", "y"};
+  Request c;
+  c.op = Op::add;
+  c.keys = {"n"};
+  c.number = -5;
+  std::string stream = encode_request(Dialect::v2, a) + encode_request(Dialect::v2, b) + encode_request(Dialect::v2, c);
+  for (std::size_t cut : {1, 3, 7, 64, 4096}) {
+    RequestParser parser(Dialect::v2);
+    std::vector<Request> got;
+    std::string buffer;
+    std::size_t pos = 0;
+    for (std::size_t i = 0; i < stream.size(); i += cut) {
+      buffer += stream.substr(i, cut);
+      while (pos < buffer.size()) {
+        Request r;
+        auto res = parser.next(std::string_view(buffer).substr(pos), r);
+        REQUIRE(res.status != ParseStatus::invalid);
+        pos += res.consumed;
+        if (res.status == ParseStatus::incomplete) break;
+        got.push_back(r);
+      }
+    }
+    REQUIRE(got.size() == 3);
+    CHECK(got[0].keys == a.keys);
+    CHECK(got[0].values == a.values);
+    CHECK(got[1].keys == b.keys);
+    CHECK(got[2].number == -5);
+    CHECK(pos == stream.size());
+  }
+}
+
+TEST_CASE("a key count over the limit is refused before anything is read", "[protocol][hardening]") {
+  std::string bytes;
+  put_u8(bytes, tag_of(Dialect::v2, Op::wait));
+  put_u64(bytes, kMaxKeyCount + 1);
+  Request r;
+  auto res = parse_request(Dialect::v2, bytes, r);
+  CHECK(res.status == ParseStatus::invalid);
+  CHECK(res.error.find("over the limit") != std::string::npos);
+}

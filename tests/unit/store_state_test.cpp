@@ -220,3 +220,48 @@ TEST_CASE("clear forgets keys and waiters", "[store]") {
   CHECK(h.state.num_keys() == 0);
   CHECK(h.state.pending_waits() == 0);
 }
+
+TEST_CASE("a WAIT on many keys with repeats counts each key once and is answered once", "[store][hardening]") {
+  Harness h;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 50000; ++i) keys.push_back("k" + std::to_string(i % 25000));
+  REQUIRE(h.run(1, req(Op::wait, keys)));
+  CHECK(h.take().empty());
+  CHECK(h.state.pending_waits() == 1);
+  for (int i = 0; i < 24999; ++i) REQUIRE(h.run(2, req(Op::set, {"k" + std::to_string(i)}, {"v"})));
+  CHECK(h.take().empty());
+  REQUIRE(h.run(2, req(Op::set, {"k24999"}, {"v"})));
+  auto out = h.take();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].conn == 1);
+  CHECK(h.state.pending_waits() == 0);
+}
+
+TEST_CASE("cancelling one of several waits on a key leaves the others registered", "[store][hardening]") {
+  Harness h;
+  REQUIRE(h.run(1, req(Op::wait, {"a", "b"})));
+  REQUIRE(h.run(2, req(Op::wait, {"a"})));
+  REQUIRE(h.run(3, req(Op::wait, {"b", "a"})));
+  h.state.disconnect(1);
+  REQUIRE(h.run(4, req(Op::set, {"a"}, {"1"})));
+  auto out = h.take();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].conn == 2);
+  REQUIRE(h.run(4, req(Op::set, {"b"}, {"1"})));
+  out = h.take();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].conn == 3);
+  CHECK(h.state.pending_waits() == 0);
+}
+
+TEST_CASE("ADD and BARRIER wrap around instead of overflowing", "[store][hardening]") {
+  Harness h;
+  REQUIRE(h.run(1, req(Op::set, {"c"}, {"9223372036854775807"})));
+  REQUIRE(h.run(1, req(Op::add, {"c"}, {}, 1)));
+  CHECK(h.take().back().bytes == i64(INT64_MIN));
+  REQUIRE(h.run(1, req(Op::add, {"c"}, {}, INT64_MIN)));
+  CHECK(h.take().back().bytes == i64(0));
+  REQUIRE(h.run(1, req(Op::set, {"b"}, {"9223372036854775807"})));
+  REQUIRE(h.run(1, req(Op::barrier, {"b"}, {}, 2)));
+  CHECK(h.state.pending_waits() == 1);  // INT64_MIN is below 2: the barrier waits
+}
