@@ -13,6 +13,7 @@
 #include "agent.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
+#include "muster/rendezvous/protocol.hpp"
 #include "rdzv_conf.hpp"
 #include "signals.hpp"
 
@@ -32,7 +33,14 @@ Result<rendezvous::Duration> conf_seconds(const RdzvConf& conf, const std::strin
                               "' must be a number of seconds, got '" + it->second + "'");
     }
   }
-  return rendezvous::Duration(static_cast<long long>(v * 1000));
+  // Longer than the protocol's limit (a year) waits as long as that limit.
+  constexpr double kMaxMs = static_cast<double>(rendezvous::kMaxTimeoutMs);
+  double ms = v * 1000;
+  if (!(ms <= kMaxMs)) {
+    log::warning("--rdzv-conf " + key + "=" + it->second + " is longer than a year; using a year");
+    ms = kMaxMs;
+  }
+  return rendezvous::Duration(static_cast<long long>(ms));
 }
 
 bool is_loopback_name(const std::string& host) {
@@ -84,9 +92,11 @@ Status Agent::setup_rendezvous() {
     if (!r->ok()) return r->status();
   }
   if (!attempts.ok()) return attempts.status();
-  if (keep->count() <= 0 || attempts.value() < 1) {
-    return invalid_argument("keep_alive_interval must be > 0 and keep_alive_max_attempt >= 1");
+  if (keep->count() <= 0 || attempts.value() < 1 || attempts.value() > rendezvous::kMaxKeepAliveAttempts) {
+    return invalid_argument("keep_alive_interval must be > 0 and keep_alive_max_attempt in [1, " +
+                            std::to_string(rendezvous::kMaxKeepAliveAttempts) + "]");
   }
+  if (join->count() <= 0) return invalid_argument("join_timeout must be more than 0 seconds");
   rdzv_settings_.min_nodes = cfg_.min_nodes;
   rdzv_settings_.max_nodes = cfg_.max_nodes;
   rdzv_settings_.max_restarts = cfg_.max_restarts;

@@ -5,9 +5,11 @@
 #include <csignal>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "muster/common/endpoint.hpp"
+#include "muster/rendezvous/protocol.hpp"
 #include "rdzv_conf.hpp"
 #include "signals.hpp"
 
@@ -454,6 +456,10 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
       return invalid_argument("min_nodes must be > 0 and <= max_nodes, got min_nodes=" +
                               std::to_string(*lo) + ", max_nodes=" + std::to_string(*hi));
     }
+    if (*hi > rendezvous::kMaxNodes) {
+      return invalid_argument("nnodes=" + text + ": a job has at most " + std::to_string(rendezvous::kMaxNodes) +
+                              " nodes");
+    }
     cfg.min_nodes = static_cast<int>(*lo);
     cfg.max_nodes = static_cast<int>(*hi);
   }
@@ -492,6 +498,9 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
 
   auto restarts = parse_python_int(get(args, "max_restarts"));
   if (*restarts < 0) return invalid_argument("max_restarts must be >= 0");
+  if (*restarts > std::numeric_limits<int>::max()) {
+    return invalid_argument("max_restarts must be at most " + std::to_string(std::numeric_limits<int>::max()));
+  }
   cfg.max_restarts = static_cast<int>(*restarts);
   cfg.monitor_interval = *parse_python_float(get(args, "monitor_interval"));
   if (!(cfg.monitor_interval > 0)) return invalid_argument("monitor_interval must be > 0");
@@ -501,6 +510,10 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
     std::string v = get(args, "nproc_per_node");
     if (auto n = parse_python_int(v)) {
       if (*n <= 0) return invalid_argument("--nproc-per-node must be positive, got " + v);
+      if (*n > rendezvous::kMaxLocalWorldSize) {
+        return invalid_argument("--nproc-per-node=" + v + ": a node runs at most " +
+                                std::to_string(rendezvous::kMaxLocalWorldSize) + " workers");
+      }
       cfg.nproc_per_node = static_cast<int>(*n);
     } else if (v == "cpu") {
       cfg.nproc_per_node = host.cpu_count;
@@ -528,7 +541,15 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
   auto conf = parse_rdzv_conf(get(args, "rdzv_conf"));
   if (!conf.ok()) return conf.status();
   cfg.rdzv_conf = conf.value();
-  cfg.node_rank = static_cast<int>(*parse_python_int(get(args, "node_rank")));
+  {
+    long long rank = *parse_python_int(get(args, "node_rank"));
+    bool fits = rank >= 0 && rank < rendezvous::kMaxNodes;
+    if (!fits && cfg.rdzv_backend == "static") {
+      return invalid_argument("--node-rank=" + std::to_string(rank) + " is not in [0, " +
+                              std::to_string(rendezvous::kMaxNodes) + ")");
+    }
+    cfg.node_rank = fits ? static_cast<int>(rank) : 0;  // other backends ignore it
+  }
   if (cfg.rdzv_backend == "static") {
     cfg.rdzv_conf["rank"] = std::to_string(cfg.node_rank);
     if (endpoint.empty()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 
 namespace muster::launcher {
@@ -62,8 +63,9 @@ Result<long long> rdzv_conf_int(const RdzvConf& conf, const std::string& key, lo
   if (it == conf.end()) return fallback;
   const std::string v = strip(it->second);
   char* end = nullptr;
+  errno = 0;
   long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || end != v.c_str() + v.size()) {
+  if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE) {
     return invalid_argument("The rendezvous configuration option '" + key +
                             "' does not represent a valid integer value.");
   }
