@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: a normal build and an AddressSanitizer +
 # UndefinedBehaviorSanitizer build, each running every unit, integration and
-# compatibility test through CTest.
+# compatibility test through CTest; then every libFuzzer target on its
+# regression inputs and for MUSTER_FUZZ_SECONDS (default 30) each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -16,4 +17,6 @@ for kind in normal asan; do
   echo "=== $kind tests ==="
   (cd "$dir" && "$ctest" --output-on-failure --timeout 1200) || status=1
 done
+echo "=== fuzzing ==="
+scripts/fuzz.sh "${MUSTER_FUZZ_SECONDS:-30}" || status=1
 exit $status

@@ -370,6 +370,7 @@ void RendezvousServer::gone(Session& s) {
     retire_if_closed(*job);
   }
   if (auto it = per_peer_.find(s.peer_address()); it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);
+  s.close();  // now, not when the last handler holding the session lets go (the join timer)
   sessions_.erase(id);
 }
 

@@ -1,0 +1,75 @@
+// libFuzzer target: the real rendezvous and store servers, each session fed
+// the input as a byte stream over loopback TCP. The first byte picks the
+// server (the store's port also diverts rendezvous frames, as the static
+// backend's does). Both servers live across inputs, so state that one input
+// leaves behind meets the next.
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "muster/common/log.hpp"
+#include "muster/rendezvous/server.hpp"
+#include "muster/store/server.hpp"
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+struct Servers {
+  asio::io_context io;
+  std::unique_ptr<muster::rendezvous::RendezvousServer> rdzv;
+  std::unique_ptr<muster::rendezvous::RendezvousServer> diverted;
+  std::unique_ptr<muster::store::StoreServer> store;
+  Servers() {
+    muster::log::set_level(muster::log::Level::error);
+    rdzv = std::move(muster::rendezvous::RendezvousServer::listen(io, "127.0.0.1", 0)).value();
+    store = std::move(muster::store::StoreServer::listen(io, "127.0.0.1", 0)).value();
+    diverted = muster::rendezvous::RendezvousServer::create(io);
+    store->divert_rendezvous([this](tcp::socket s, std::string read) { diverted->adopt(std::move(s), std::move(read)); });
+  }
+};
+
+Servers& servers() {
+  static Servers s;
+  return s;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  auto& s = servers();
+  int port = (data[0] & 1) ? s.store->port() : s.rdzv->port();
+  tcp::socket client(s.io);
+  boost::system::error_code ec;
+  client.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec);
+  if (ec) __builtin_trap();
+  bool done = false;
+  std::array<char, 65536> buf{};
+  asio::async_write(client, asio::buffer(data + 1, size - 1), [&](const boost::system::error_code&, std::size_t) {
+    boost::system::error_code ignored;
+    client.shutdown(tcp::socket::shutdown_send, ignored);
+  });
+  std::function<void()> drain = [&] {
+    client.async_read_some(asio::buffer(buf), [&](const boost::system::error_code& e, std::size_t) {
+      if (e) {
+        done = true;
+        return;
+      }
+      drain();
+    });
+  };
+  drain();
+  // The server answers and closes, or waits for more (a WAIT, a round); a
+  // bounded wait either way, then the client goes.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
+  while (!done && std::chrono::steady_clock::now() < deadline) s.io.run_one_for(std::chrono::milliseconds(1));
+  client.close(ec);
+  s.io.poll();
+  return 0;
+}
