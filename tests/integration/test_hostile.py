@@ -171,6 +171,7 @@ def test_wrong_typed_fields_close_their_connection_and_leak_no_descriptor(daemon
 def test_connections_that_never_join_are_closed_and_each_address_is_capped(tmp_path):
     proc, port = start_daemon(tmp_path, "--join-wait-ms=500", "--max-connections-per-peer=20")
     try:
+        assert forms_a_fresh_job(port, "warm-up")  # the loop's own descriptors exist from here on
         baseline = fd_count(proc.pid)
         idle = [socket.create_connection(("127.0.0.1", port), timeout=10 * SLACK) for _ in range(30)]
         # The ten past the cap are closed at once; the rest after the join wait.
@@ -185,7 +186,8 @@ def test_connections_that_never_join_are_closed_and_each_address_is_capped(tmp_p
                 pass
             closed += 1
         assert closed == 30
-        assert wait_for(lambda: fd_count(proc.pid) <= baseline, 10 * SLACK)
+        assert wait_for(lambda: fd_count(proc.pid) <= baseline, 10 * SLACK), (fd_count(proc.pid), baseline,
+                                                                              os.listdir(f"/proc/{proc.pid}/fd"))
         for s in idle:
             s.close()
         assert proc.poll() is None
@@ -414,3 +416,32 @@ def test_a_console_nobody_reads_stalls_neither_the_store_nor_sigterm(tmp_path):
         if agent is not None and agent.poll() is None:
             agent.kill()
             agent.wait()
+
+
+def test_a_console_that_fails_is_reported_once_and_the_job_goes_on(tmp_path):
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([os.environ["MUSTER_BIN"], "--standalone", "--nproc-per-node=2", "--tee=3",
+                            str(DATA / "chatty.py"), "200", "100"], env=base_env(), stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120 * SLACK)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("cannot write to the console (stdout): No space left on device") == 1, r.stderr
+    assert "[default0]:err 0" in r.stderr  # the other stream carries on
+
+
+def test_a_full_log_filesystem_is_reported_once_and_the_job_goes_on(tmp_path):
+    logs = tmp_path / "small"
+    logs.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(logs)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        r = subprocess.run([os.environ["MUSTER_BIN"], "--standalone", "--nproc-per-node=1", "--tee=3",
+                            f"--log-dir={logs}", str(DATA / "chatty.py"), "2000", "1000"], env=base_env(),
+                           capture_output=True, text=True, timeout=120 * SLACK)
+        assert r.returncode == 0, r.stderr
+        said = [line for line in r.stderr.splitlines() if "stdout.log: No space left on device" in line]
+        assert len(said) == 1, r.stderr[-3000:]
+        assert "the job goes on" in said[0]
+        assert r.stdout.count("[default0]:0:") == 2000  # the console got every line
+    finally:
+        subprocess.run(["umount", str(logs)], capture_output=True)
