@@ -6,7 +6,7 @@ client pings the store meanwhile: its worst round trip shows whether the
 store kept serving others.
 
   .venv/bin/python bench/store/wait_many.py [STORE_TOOL] [N...]
-(default: build/tests/store_tool, N = 60000 1000000)"""
+(default: build/tests/store_tool, N = 60000 131072 1000000; both servers refuse more than 131072)"""
 import socket
 import struct
 import subprocess
@@ -16,7 +16,7 @@ import time
 
 HERE = __file__.rsplit("/", 3)[0]
 tool = sys.argv[1] if len(sys.argv) > 1 else f"{HERE}/build/tests/store_tool"
-sizes = [int(n) for n in sys.argv[2:]] or [60000, 1000000]
+sizes = [int(n) for n in sys.argv[2:]] or [60000, 131072, 1000000]
 
 TORCH_SERVER = """
 import sys, time, datetime
@@ -71,9 +71,12 @@ def measure(port, n):
     t = threading.Thread(target=prober, daemon=True)
     t.start()
     t0 = time.monotonic()
-    waiter.sendall(request)
-    assert struct.unpack("<I", recv_exact(waiter, 4))[0] == 99
-    took = time.monotonic() - t0
+    try:
+        waiter.sendall(request)
+        assert struct.unpack("<I", recv_exact(waiter, 4))[0] == 99
+        took = time.monotonic() - t0
+    except ConnectionError:
+        took = None  # the server refused the request and closed the connection
     done.set()
     t.join()
     waiter.close()
@@ -100,7 +103,9 @@ def main():
                 p.stdin.close()
                 p.wait(timeout=60)
         (m, mw), (t, tw) = results
-        print(f"{n:>9} {m:>9.3f}s {t:>9.3f}s {t / m:>12.1f}x {mw * 1000:>16.1f}ms {tw * 1000:>6.1f}ms")
+        show = lambda v: f"{v:>9.3f}s" if v is not None else "  refused"
+        ratio = f"{t / m:>12.1f}x" if m and t else f"{'-':>13}"
+        print(f"{n:>9} {show(m)} {show(t)} {ratio} {mw * 1000:>16.1f}ms {tw * 1000:>6.1f}ms")
 
 
 main()

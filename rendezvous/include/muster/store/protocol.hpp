@@ -54,7 +54,9 @@ constexpr uint8_t kWatchRegistered = 3;
 // Limits a server enforces (at least what PyTorch's own server accepts).
 constexpr std::size_t kMaxKeyLength = 64 * 1024;
 constexpr std::size_t kMaxValueLength = 256 * 1024 * 1024;
-constexpr std::size_t kMaxKeyCount = 1024 * 1024;  // keys in one CHECK, WAIT, MULTI_GET or MULTI_SET
+// Keys in one CHECK, WAIT, MULTI_GET or MULTI_SET: torch's own server's limit,
+// which keeps the work of one request (and so the pause it causes others) small.
+constexpr std::size_t kMaxKeyCount = 128 * 1024;
 // All the strings of one request together (a MULTI_SET of large values).
 constexpr std::size_t kMaxRequestBytes = 512 * 1024 * 1024;
 
