@@ -298,24 +298,21 @@ void RendezvousServer::retire_if_closed(Job& job) {
   job.armed = false;
   if (!closed) return;
   auto now = Clock::now();
-  auto expires = now + limits_.finished_job_lifetime;
-  tombstones_[job.id] = Tombstone{job.rdzv.succeeded(), expires};
-  tombstone_order_.emplace_back(expires, job.id);
+  // A tombstoned id cannot open a job until its tombstone is gone, so the id is new here.
+  auto [slot, added] = tombstones_.insert_or_assign(job.id, Tombstone{job.rdzv.succeeded(),
+                                                                      saturating_add(now, limits_.finished_job_lifetime)});
+  if (added) tombstone_order_.push_back(slot);
   while (tombstones_.size() > limits_.max_tombstones && !tombstone_order_.empty()) {
-    auto [at, id] = std::move(tombstone_order_.front());
+    tombstones_.erase(tombstone_order_.front());
     tombstone_order_.pop_front();
-    auto t = tombstones_.find(id);
-    if (t != tombstones_.end() && t->second.expires == at) tombstones_.erase(t);
   }
   log::info("rendezvous: job '" + log_excerpt(job.id, 64) + "' " + (job.rdzv.succeeded() ? "finished" : "failed"));
 }
 
 void RendezvousServer::expire_tombstones(TimePoint now) {
-  while (!tombstone_order_.empty() && tombstone_order_.front().first <= now) {
-    auto [at, id] = std::move(tombstone_order_.front());
+  while (!tombstone_order_.empty() && tombstone_order_.front()->second.expires <= now) {
+    tombstones_.erase(tombstone_order_.front());
     tombstone_order_.pop_front();
-    auto t = tombstones_.find(id);
-    if (t != tombstones_.end() && t->second.expires == at) tombstones_.erase(t);
   }
 }
 

@@ -80,8 +80,9 @@ class RendezvousServer {
   int port_ = 0;
   MemberId next_member_ = 1;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
-  std::unordered_map<std::string, Tombstone> tombstones_;
-  std::deque<std::pair<TimePoint, std::string>> tombstone_order_;
+  // Node-based, so the expiry queue can point into it: each id is held once.
+  std::map<std::string, Tombstone> tombstones_;
+  std::deque<std::map<std::string, Tombstone>::iterator> tombstone_order_;  // oldest first
   std::map<MemberId, std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, std::size_t> per_peer_;
   std::shared_ptr<bool> alive_;
