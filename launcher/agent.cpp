@@ -55,7 +55,20 @@ Agent::Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, Laun
       shutdown_timer_(io) {
   writer_.add(STDOUT_FILENO, "the console (stdout)", false);
   writer_.add(STDERR_FILENO, "the console (stderr)", false);
-  log::set_writer([this](std::string_view line) { writer_.push(STDERR_FILENO, line); });
+  // While stderr is full the agent's own log lines are dropped (and counted),
+  // so a console nobody reads cannot make the agent's memory grow.
+  log::set_writer([this](std::string_view line) {
+    if (writer_.full(STDERR_FILENO)) {
+      ++dropped_log_lines_;
+      return;
+    }
+    if (dropped_log_lines_ > 0) {
+      writer_.push(STDERR_FILENO, "muster: " + std::to_string(dropped_log_lines_) +
+                                      " log lines were dropped while stderr was not being read\n");
+      dropped_log_lines_ = 0;
+    }
+    writer_.push(STDERR_FILENO, line);
+  });
 }
 
 Agent::~Agent() { log::set_writer(nullptr); }

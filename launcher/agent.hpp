@@ -83,6 +83,7 @@ class Agent {
   int filtered_stdout_fd_ = -1;
   int filtered_stderr_fd_ = -1;
   int last_stop_signal_ = 0;
+  std::size_t dropped_log_lines_ = 0;
   int exit_code_ = 1;
   bool finished_ = false;
 

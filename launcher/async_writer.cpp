@@ -1,7 +1,9 @@
 #include "async_writer.hpp"
 
+#include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <condition_variable>
@@ -41,6 +43,7 @@ struct AsyncWriter::State {
   bool busy = false;
   bool stop = false;
   bool abandoned = false;  // the owner is gone: post nothing more to io
+  std::atomic<uint64_t> progress{0};  // writes that took bytes, for drain()
   std::thread thread;
 
   bool all_empty() const {
@@ -111,12 +114,20 @@ struct AsyncWriter::State {
       while (left > 0) {
         ssize_t w = ::write(fd, p, left);
         if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          // A descriptor someone else made non-blocking (a pty, a CI runner's
+          // pipe): wait until it takes more, as a blocking write would.
+          pollfd pfd{fd, POLLOUT, 0};
+          ::poll(&pfd, 1, 100);
+          continue;
+        }
         if (w <= 0) {
           error = w < 0 ? errno : EIO;
           break;
         }
         p += w;
         left -= static_cast<std::size_t>(w);
+        progress.store(progress.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       }
       lock.lock();
       busy = false;
@@ -148,7 +159,7 @@ AsyncWriter::AsyncWriter(boost::asio::io_context& io, ErrorHandler on_error, std
 }
 
 AsyncWriter::~AsyncWriter() {
-  bool drained = drain(kExitDrain);
+  bool drained = drain(kExitStall, kExitDrain);
   std::unique_lock lock(state_->mutex);
   state_->stop = true;
   if (!drained) {
@@ -198,6 +209,12 @@ bool AsyncWriter::full(int fd) const {
   return it != state_->sinks.end() && !it->second.failed && it->second.bytes >= state_->capacity;
 }
 
+std::size_t AsyncWriter::queued(int fd) const {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->sinks.find(fd);
+  return it == state_->sinks.end() || it->second.failed ? 0 : it->second.bytes;
+}
+
 void AsyncWriter::when_room(int fd, std::function<void()> callback) {
   std::lock_guard lock(state_->mutex);
   auto it = state_->sinks.find(fd);
@@ -208,10 +225,23 @@ void AsyncWriter::when_room(int fd, std::function<void()> callback) {
   it->second.waiters.push_back(std::move(callback));
 }
 
-bool AsyncWriter::drain(std::chrono::milliseconds limit) {
+bool AsyncWriter::drain(std::chrono::milliseconds stalled_limit, std::chrono::milliseconds total_limit) {
+  auto start = std::chrono::steady_clock::now();
   std::unique_lock lock(state_->mutex);
   state_->work.notify_all();
-  return state_->idle.wait_for(lock, limit, [&] { return state_->all_empty(); });
+  uint64_t seen = state_->progress.load();
+  auto last_progress = start;
+  while (!state_->all_empty()) {
+    auto now = std::chrono::steady_clock::now();
+    uint64_t p = state_->progress.load();
+    if (p != seen) {
+      seen = p;
+      last_progress = now;
+    }
+    if (now - last_progress >= stalled_limit || now - start >= total_limit) return false;
+    state_->idle.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  return true;
 }
 
 }  // namespace muster::launcher

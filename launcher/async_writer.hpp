@@ -13,8 +13,12 @@
 // - A write that fails (disk full, read-only, a closed pipe) is reported once
 //   through on_error, on the event loop, with the sink's name; later bytes for
 //   that fd are dropped and the job goes on.
-// - drain() waits, bounded, for everything queued to be written; what a sink
-//   will not take by then is dropped, so the agent can always exit.
+// - drain() waits for everything queued to be written while the sinks keep
+//   taking bytes, bounded; what a sink will not take is dropped, so the agent
+//   can always exit. A descriptor that another process made non-blocking is
+//   waited on (poll), not given up.
+// - One thread serves every sink: a console that takes nothing holds back the
+//   others too (the workers that tee to it are held back anyway).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -33,11 +37,14 @@ class AsyncWriter {
   using ErrorHandler = std::function<void(const std::string& sink_name, int error_number)>;
 
   AsyncWriter(boost::asio::io_context& io, ErrorHandler on_error, std::size_t capacity = kDefaultCapacity);
-  ~AsyncWriter();  // drains for at most kExitDrain, then abandons what is left
+  // Drains (kExitStall without progress, kExitDrain in all at most), then
+  // abandons what is left.
+  ~AsyncWriter();
   AsyncWriter(const AsyncWriter&) = delete;
   AsyncWriter& operator=(const AsyncWriter&) = delete;
 
-  static constexpr std::chrono::milliseconds kExitDrain{2000};
+  static constexpr std::chrono::milliseconds kExitStall{5000};
+  static constexpr std::chrono::milliseconds kExitDrain{60000};
 
   // Registers fd under a name for reports. With owned, the fd is closed once
   // release() was called and its bytes are written.
@@ -46,8 +53,11 @@ class AsyncWriter {
   void push(int fd, std::string_view bytes);
   bool full(int fd) const;
   void when_room(int fd, std::function<void()> callback);
-  // Waits up to limit for every queue to empty; false if something is left.
-  bool drain(std::chrono::milliseconds limit);
+  // Waits for every queue to empty, giving up after stalled_limit without a
+  // byte written or total_limit in all; false if something is left.
+  bool drain(std::chrono::milliseconds stalled_limit, std::chrono::milliseconds total_limit);
+  // Bytes queued for fd now (0 for an unknown or failed one).
+  std::size_t queued(int fd) const;
 
  private:
   struct State;

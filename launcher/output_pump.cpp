@@ -46,6 +46,12 @@ void OutputPump::read_more() {
 
 void OutputPump::stop() { at_eof(); }
 
+void OutputPump::abandon() {
+  on_eof_ = nullptr;
+  at_eof();
+  targets_.writer = nullptr;
+}
+
 void OutputPump::push(int fd, std::string_view bytes) {
   if (fd >= 0 && targets_.writer != nullptr) targets_.writer->push(fd, bytes);
 }

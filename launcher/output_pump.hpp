@@ -40,6 +40,9 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   // Gives up on a pipe whose writer will not go away: flushes what is
   // buffered and stops reading.
   void stop();
+  // For an owner going away: stops reading and lets go of the writer without
+  // running on_eof (nothing of the owner may be called any more).
+  void abandon();
   bool finished() const { return eof_; }
 
  private:

@@ -1,6 +1,7 @@
 #include "shim.hpp"
 
 #include "muster/common/fd_io.hpp"
+#include "muster/common/log.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -152,6 +153,8 @@ void close_inherited_fds(int from) {
 }  // namespace
 
 void run_shim(const ShimSpec& spec) {
+  // The agent's log writer lives in a thread this forked copy does not have.
+  log::set_writer(nullptr);
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     signal(sig, SIG_DFL);

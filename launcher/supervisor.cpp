@@ -101,6 +101,11 @@ constexpr auto kDrainLimit = std::chrono::seconds(2);
 Supervisor::Supervisor(boost::asio::io_context& io, ExitHandler on_exit) : io_(io), on_exit_(std::move(on_exit)) {}
 
 Supervisor::~Supervisor() {
+  // Pumps may outlive this (a pending read holds them): they must not call
+  // back into it, nor into the writer, which goes soon after.
+  for (auto& w : workers_) {
+    for (auto& pump : w->pumps) pump->abandon();
+  }
   // Closing the control sockets tells every shim still running that the agent
   // is done: each kills its worker's tree. All are told first, then awaited.
   for (auto& w : workers_) close_control(*w);

@@ -115,6 +115,8 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
       }
     } catch (const boost::system::system_error&) {
       // The peer went away.
+    } catch (const std::exception& e) {
+      log::warning("rendezvous: closing the connection from " + self->peer_ + ": " + e.what());
     }
     if (*self->alive_) self->server_.gone(*self);
   }
@@ -233,6 +235,12 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
   auto reject = [&](Code code, const std::string& message) {
     s.send({{"type", "reject"}, {"v", kProtocolVersion}, {"code", code_name(code)}, {"message", message}});
   };
+  // A session displaced from its job (its node joined again elsewhere, the job
+  // retired) looks the job up afresh.
+  if (s.job != nullptr) {
+    auto live = jobs_.find(s.job->id);
+    if (live == jobs_.end() || live->second != s.job) s.job.reset();
+  }
   std::shared_ptr<Job> job = s.job;
   if (job == nullptr) {
     auto it = jobs_.find(m.job);
@@ -367,7 +375,11 @@ void RendezvousServer::gone(Session& s) {
     retire_if_closed(*job);
   }
   if (auto it = per_peer_.find(s.peer_address()); it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);
-  s.close();  // now, not when the last handler holding the session lets go (the join timer)
+  // Closed now, not when the last handler holding the session lets go (the
+  // join timer); an error frame still being written is let through first.
+  if (s.out_.writing()) s.close_after_write_ = true;
+  else s.close();
+  s.join_timer_.cancel();
   sessions_.erase(id);
 }
 

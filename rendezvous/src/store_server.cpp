@@ -98,14 +98,15 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
             co_await self->socket_.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
         if (!*self->alive_) co_return;
         if (ec || self->closed_) break;  // the peer went away, or reset() meanwhile
-        self->in_.append(buf.data(), n);
+        try {
+          self->in_.append(buf.data(), n);
+        } catch (const std::exception& e) {
+          log::warning(std::string("store: closing a connection: ") + e.what());
+          self->close();
+          break;
+        }
       }
-      bool keep = false;
-      try {
-        keep = self->process();
-      } catch (const std::exception& e) {
-        log::warning(std::string("store: closing a connection: the request could not be handled: ") + e.what());
-      }
+      bool keep = self->process();
       if (!keep) {
         self->close();
         break;
@@ -145,7 +146,15 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
         break;
       }
       std::string error;
-      if (!server_.state_.handle(id_, dialect_, req, replies, error)) {
+      bool handled = false;
+      try {
+        handled = server_.state_.handle(id_, dialect_, req, replies, error);
+      } catch (const std::exception& e) {
+        // Nothing in the state should throw but memory running out; the
+        // replies gathered so far still go out (they may wake other clients).
+        error = std::string("the request could not be handled: ") + e.what();
+      }
+      if (!handled) {
         log::warning("store: closing a connection: " + error.substr(0, 300));
         ok = false;
         break;

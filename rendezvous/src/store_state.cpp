@@ -57,6 +57,10 @@ void StoreState::forget_waiter(const WaiterPtr& w) {
     c->second.erase(w->in_conn);
     if (c->second.empty()) waiters_by_conn_.erase(c);
   }
+  if (auto k = waited_keys_of_.find(w->conn); k != waited_keys_of_.end()) {
+    k->second -= std::min(k->second, w->registrations.size());
+    if (k->second == 0) waited_keys_of_.erase(k);
+  }
 }
 
 // One registration of w is satisfied; the last one answers the connection.
@@ -102,6 +106,7 @@ void StoreState::register_wait(ConnId conn, const std::vector<const std::string*
   }
   auto& mine = waiters_by_conn_[conn];
   w->in_conn = mine.insert(mine.end(), w);
+  waited_keys_of_[conn] += missing.size();
 }
 
 void StoreState::cancel_waits(ConnId conn) {
@@ -113,6 +118,8 @@ void StoreState::cancel_waits(ConnId conn) {
 
 void StoreState::disconnect(ConnId conn) {
   cancel_waits(conn);
+  waited_keys_of_.erase(conn);
+  if (watches_of_.erase(conn) == 0) return;
   for (auto it = watchers_.begin(); it != watchers_.end();) {
     auto& list = it->second;
     list.erase(std::remove(list.begin(), list.end(), conn), list.end());
@@ -126,6 +133,8 @@ void StoreState::clear() {
   waiters_by_key_.clear();
   waiters_by_conn_.clear();
   watchers_.clear();
+  watches_of_.clear();
+  waited_keys_of_.clear();
 }
 
 void StoreState::store_value(const std::string& key, std::string value, std::vector<Reply>& out) {
@@ -180,15 +189,60 @@ bool StoreState::on_add(ConnId conn, const Request& req, Out& out, std::string& 
 
 // O(keys): duplicates are dropped through a hash set, and each missing key
 // costs one registration.
-bool StoreState::on_wait(ConnId conn, const Request& req, Out& out) {
+bool StoreState::on_wait(ConnId conn, const Request& req, Out& out, std::string& error) {
   std::vector<const std::string*> missing;
   std::unordered_set<std::string_view> seen;
   for (const auto& k : req.keys) {
     if (exists(k)) continue;
     if (seen.insert(k).second) missing.push_back(&k);
   }
-  if (missing.empty()) out.push_back({conn, byte(kStopWaiting)});
-  else register_wait(conn, missing);
+  if (missing.empty()) {
+    out.push_back({conn, byte(kStopWaiting)});
+    return true;
+  }
+  auto held = waited_keys_of_.find(conn);
+  if ((held == waited_keys_of_.end() ? 0 : held->second) + missing.size() > kMaxWaitedKeysPerConnection) {
+    error = "WAIT: this connection would wait on more than " + std::to_string(kMaxWaitedKeysPerConnection) +
+            " keys at once";
+    return false;
+  }
+  register_wait(conn, missing);
+  return true;
+}
+
+bool StoreState::on_multi_get(ConnId conn, const Request& req, Out& out, std::string& error) {
+  std::size_t bytes = 0;
+  for (const auto& k : req.keys) {
+    auto it = data_.find(k);
+    bytes += 8 + (it == data_.end() ? 0 : it->second.size());
+    if (bytes > kMaxReplyBytes) {
+      error = "MULTI_GET: the reply would be over the limit of " + std::to_string(kMaxReplyBytes) + " bytes";
+      return false;
+    }
+  }
+  std::string r;
+  r.reserve(bytes);
+  for (const auto& k : req.keys) {
+    auto it = data_.find(k);
+    put_string(r, it == data_.end() ? std::string() : it->second);
+  }
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+bool StoreState::on_watch(ConnId conn, const Request& req, Out& out, std::string& error) {
+  auto& list = watchers_[req.keys[0]];
+  if (std::find(list.begin(), list.end(), conn) == list.end()) {
+    auto& mine = watches_of_[conn];
+    if (mine >= kMaxWatchesPerConnection) {
+      if (list.empty()) watchers_.erase(req.keys[0]);
+      error = "WATCH_KEY: this connection watches " + std::to_string(mine) + " keys, the limit";
+      return false;
+    }
+    ++mine;
+    list.push_back(conn);
+  }
+  out.push_back({conn, byte(kWatchRegistered)});
   return true;
 }
 
@@ -251,6 +305,11 @@ bool StoreState::on_barrier(ConnId conn, const Request& req, Out& out, std::stri
     changed(key, out);
     out.push_back({conn, byte(kStopWaiting)});
   } else {
+    auto held = waited_keys_of_.find(conn);
+    if (held != waited_keys_of_.end() && held->second >= kMaxWaitedKeysPerConnection) {
+      error = "BARRIER: this connection already waits on " + std::to_string(held->second) + " keys";
+      return false;
+    }
     register_wait(conn, {&key});
   }
   return true;
@@ -292,7 +351,7 @@ bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::v
       return true;
     }
     case Op::wait:
-      return on_wait(conn, req, out);
+      return on_wait(conn, req, out, error);
     case Op::num_keys: {
       std::string r;
       put_i64(r, static_cast<int64_t>(data_.size()));
@@ -300,9 +359,7 @@ bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::v
       return true;
     }
     case Op::watch_key:
-      watchers_[req.keys[0]].push_back(conn);
-      reply(byte(kWatchRegistered));
-      return true;
+      return on_watch(conn, req, out, error);
     case Op::delete_key:
       return on_delete(conn, req, out);
     case Op::append: {
@@ -311,15 +368,8 @@ bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::v
       store_value(req.keys[0], std::move(v), out);
       return true;
     }
-    case Op::multi_get: {
-      std::string r;
-      for (const auto& k : req.keys) {
-        auto it = data_.find(k);
-        put_string(r, it == data_.end() ? std::string() : it->second);
-      }
-      reply(std::move(r));
-      return true;
-    }
+    case Op::multi_get:
+      return on_multi_get(conn, req, out, error);
     case Op::multi_set:
       for (std::size_t i = 0; i < req.keys.size(); ++i) store_value(req.keys[i], req.values[i], out);
       return true;

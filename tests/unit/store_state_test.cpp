@@ -265,3 +265,36 @@ TEST_CASE("ADD and BARRIER wrap around instead of overflowing", "[store][hardeni
   REQUIRE(h.run(1, req(Op::barrier, {"b"}, {}, 2)));
   CHECK(h.state.pending_waits() == 1);  // INT64_MIN is below 2: the barrier waits
 }
+
+TEST_CASE("a connection's watches and waits are capped; a watch is registered once", "[store][hardening]") {
+  Harness h;
+  REQUIRE(h.run(1, req(Op::watch_key, {"w"}), Dialect::v1_13));
+  REQUIRE(h.run(1, req(Op::watch_key, {"w"}), Dialect::v1_13));
+  h.take();
+  REQUIRE(h.run(2, req(Op::set, {"w"}, {"v"}), Dialect::v1_13));
+  CHECK(h.take().size() == 1);  // one notification, not one per WATCH_KEY
+  for (std::size_t i = 1; i < kMaxWatchesPerConnection; ++i) {
+    REQUIRE(h.run(1, req(Op::watch_key, {"w" + std::to_string(i)}), Dialect::v1_13));
+  }
+  CHECK_FALSE(h.run(1, req(Op::watch_key, {"one-too-many"}), Dialect::v1_13));
+
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < kMaxKeyCount; ++i) keys.push_back("k" + std::to_string(i));
+  REQUIRE(h.run(3, req(Op::wait, keys)));
+  REQUIRE(h.run(3, req(Op::wait, keys)));
+  CHECK_FALSE(h.run(3, req(Op::wait, {"one-more"})));
+  h.state.disconnect(3);
+  CHECK(h.state.pending_waits() == 0);
+  REQUIRE(h.run(3, req(Op::wait, {"after"})));  // a new connection with that id starts afresh
+}
+
+TEST_CASE("a MULTI_GET whose reply would pass the limit is refused", "[store][hardening]") {
+  Harness h;
+  REQUIRE(h.run(1, req(Op::set, {"big"}, {std::string(64 * 1024 * 1024, 'x')})));
+  std::vector<std::string> keys(9, "big");  // 576 MiB of reply
+  std::string error;
+  CHECK_FALSE(h.state.handle(1, Dialect::v2, req(Op::multi_get, keys), h.out, error));
+  CHECK(error.find("over the limit") != std::string::npos);
+  keys.resize(2);
+  REQUIRE(h.run(1, req(Op::multi_get, keys)));
+}

@@ -59,6 +59,13 @@ constexpr std::size_t kMaxValueLength = 256 * 1024 * 1024;
 constexpr std::size_t kMaxKeyCount = 128 * 1024;
 // All the strings of one request together (a MULTI_SET of large values).
 constexpr std::size_t kMaxRequestBytes = 512 * 1024 * 1024;
+// One reply (a MULTI_GET naming large values, LIST_KEYS): past it the request is refused.
+constexpr std::size_t kMaxReplyBytes = 512 * 1024 * 1024;
+// Keys one connection may wait on at once, over all its WAITs and BARRIERs
+// (a torch client has one WAIT outstanding; a 1.13 client's timed-out ones stay).
+constexpr std::size_t kMaxWaitedKeysPerConnection = 2 * kMaxKeyCount;
+// 1.13 WATCH_KEY registrations of one connection.
+constexpr std::size_t kMaxWatchesPerConnection = 4096;
 
 std::optional<Op> op_from_tag(Dialect d, uint8_t tag);
 uint8_t tag_of(Dialect d, Op op);  // 0xff when the dialect has no such query

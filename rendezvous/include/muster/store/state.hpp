@@ -72,7 +72,9 @@ class StoreState {
   using Out = std::vector<Reply>;
   bool on_compare_set(ConnId conn, const Request& req, Out& out);
   bool on_add(ConnId conn, const Request& req, Out& out, std::string& error);
-  bool on_wait(ConnId conn, const Request& req, Out& out);
+  bool on_wait(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_multi_get(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_watch(ConnId conn, const Request& req, Out& out, std::string& error);
   bool on_delete(ConnId conn, const Request& req, Out& out);
   bool on_queue_push(const Request& req, Out& out);
   bool on_queue_pop(ConnId conn, const Request& req, Out& out);
@@ -82,7 +84,9 @@ class StoreState {
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::unordered_map<std::string, KeyWaiters> waiters_by_key_;
   std::unordered_map<ConnId, std::list<WaiterPtr>> waiters_by_conn_;
-  std::unordered_map<std::string, std::vector<ConnId>> watchers_;
+  std::unordered_map<std::string, std::vector<ConnId>> watchers_;  // each connection once per key
+  std::unordered_map<ConnId, std::size_t> watches_of_;
+  std::unordered_map<ConnId, std::size_t> waited_keys_of_;
 };
 
 }  // namespace muster::store
