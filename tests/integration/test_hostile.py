@@ -228,7 +228,7 @@ def test_open_jobs_are_capped_and_finished_ones_expire(tmp_path):
         stop_musterd(proc)
 
 
-def test_large_job_ids_do_not_grow_musterd(daemon):
+def test_large_job_ids_do_not_grow_musterd_or_its_log(daemon, tmp_path):
     proc, port = daemon
     assert forms_a_fresh_job(port, "warm-up")
     before = rss_kib(proc.pid)
@@ -239,6 +239,10 @@ def test_large_job_ids_do_not_grow_musterd(daemon):
         c.close()
     assert proc.poll() is None
     assert rss_kib(proc.pid) - before < 64 * 1024
+    # Each refusal is logged once, cut short: 300 lines, not 270 MB of ids.
+    log = (tmp_path / "musterd.log").read_text()
+    assert log.count("over the limit") == 300
+    assert len(log) < 300 * 1024
 
 
 # --- The agent that hosts a rendezvous or the static backend's port ---------
