@@ -247,6 +247,21 @@ def test_large_job_ids_do_not_grow_musterd_or_its_log(daemon, tmp_path):
 
 # --- The agent that hosts a rendezvous or the static backend's port ---------
 
+def bad_frame_then_the_job_completes(port, payload, host, start_mate):
+    """A frame that is not a JSON object gets an error; the host agent stays
+    up, and once its mate joins the job runs to success on both."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(struct.pack(">I", len(payload)) + payload)
+        s.settimeout(10 * SLACK)
+        assert b"not a JSON object" in s.recv(65536)
+    assert host.poll() is None
+    mate = start_mate()
+    _, err = mate.communicate(timeout=90 * SLACK)
+    assert mate.returncode == 0, err
+    _, err = host.communicate(timeout=60 * SLACK)
+    assert host.returncode == 0, err
+
+
 def test_a_duplicate_static_rank_and_a_bad_frame_leave_node_rank_0_up(tmp_path):
     port = free_port()
     common = ["--nnodes=2", "--master-addr=127.0.0.1", f"--master-port={port}", "--nproc-per-node=1",
@@ -261,21 +276,12 @@ def test_a_duplicate_static_rank_and_a_bad_frame_leave_node_rank_0_up(tmp_path):
         r = twin.recv()
         assert r is not None and r["type"] == "reject" and "already taken" in r["message"], r
         twin.close()
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(struct.pack(">I", 5) + b"{nope")
-            s.settimeout(10 * SLACK)
-            assert b"not a JSON object" in s.recv(65536)
-        assert host.poll() is None
-        mate = start_muster(["--node-rank=1", "--local-addr=127.0.0.2", *common])
-        _, err = mate.communicate(timeout=90 * SLACK)
-        assert mate.returncode == 0, err
-        out, err = host.communicate(timeout=60 * SLACK)
-        assert host.returncode == 0, err
+        bad_frame_then_the_job_completes(
+            port, b"{nope", host, lambda: start_muster(["--node-rank=1", "--local-addr=127.0.0.2", *common]))
     finally:
-        for p in (host,):
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        if host.poll() is None:
+            host.kill()
+            host.communicate()
 
 
 def test_bad_joins_to_an_agent_hosting_the_rendezvous_leave_its_job_intact(tmp_path):
@@ -298,16 +304,7 @@ def test_bad_joins_to_an_agent_hosting_the_rendezvous_leave_its_job_intact(tmp_p
             r = c.recv()
             assert r is not None and r["type"] in ("error", "reject"), r
             c.close()
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(struct.pack(">I", 3) + b"[1]")
-            s.settimeout(10 * SLACK)
-            assert b"not a JSON object" in s.recv(65536)
-        assert host.poll() is None
-        mate = agent(2)
-        _, err = mate.communicate(timeout=90 * SLACK)
-        assert mate.returncode == 0, err
-        _, err = host.communicate(timeout=60 * SLACK)
-        assert host.returncode == 0, err
+        bad_frame_then_the_job_completes(port, b"[1]", host, lambda: agent(2))
     finally:
         if host.poll() is None:
             host.kill()
