@@ -168,18 +168,25 @@ bool StoreState::on_compare_set(ConnId conn, const Request& req, Out& out) {
   return true;
 }
 
+// The counter at key plus delta (a missing key counts as 0); nullopt with
+// error set when the key holds something that is not a number.
+std::optional<int64_t> StoreState::counter_plus(const std::string& key, int64_t delta, const char* op,
+                                                std::string& error) const {
+  auto it = data_.find(key);
+  if (it == data_.end()) return delta;
+  auto old = parse_counter(it->second);
+  if (!old) {
+    error = std::string(op) + " on the key '" + key.substr(0, 200) + "', whose value is not a number";
+    return std::nullopt;
+  }
+  return wrapping_add(*old, delta);
+}
+
 bool StoreState::on_add(ConnId conn, const Request& req, Out& out, std::string& error) {
   const std::string& key = req.keys[0];
-  int64_t value = req.number;
-  auto it = data_.find(key);
-  if (it != data_.end()) {
-    auto old = parse_counter(it->second);
-    if (!old) {
-      error = "ADD on the key '" + key.substr(0, 200) + "', whose value is not a number";
-      return false;
-    }
-    value = wrapping_add(*old, value);
-  }
+  auto sum = counter_plus(key, req.number, "ADD", error);
+  if (!sum) return false;
+  int64_t value = *sum;
   store_value(key, std::to_string(value), out);
   std::string r;
   put_i64(r, value);
@@ -290,16 +297,9 @@ bool StoreState::on_queue_pop(ConnId conn, const Request& req, Out& out) {
 
 bool StoreState::on_barrier(ConnId conn, const Request& req, Out& out, std::string& error) {
   const std::string& key = req.keys[0];
-  int64_t count = 1;
-  auto it = data_.find(key);
-  if (it != data_.end()) {
-    auto old = parse_counter(it->second);
-    if (!old) {
-      error = "BARRIER on the key '" + key.substr(0, 200) + "', whose value is not a number";
-      return false;
-    }
-    count = wrapping_add(*old, 1);
-  }
+  auto arrived = counter_plus(key, 1, "BARRIER", error);
+  if (!arrived) return false;
+  int64_t count = *arrived;
   data_[key] = std::to_string(count);
   if (count >= req.number) {
     changed(key, out);

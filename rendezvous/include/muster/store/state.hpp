@@ -7,6 +7,7 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -67,6 +68,8 @@ class StoreState {
   void forget_waiter(const WaiterPtr& w);
   void cancel_waits(ConnId conn);
   void store_value(const std::string& key, std::string value, std::vector<Reply>& out);
+  std::optional<int64_t> counter_plus(const std::string& key, int64_t delta, const char* op,
+                                      std::string& error) const;
 
   // One function per request; false: the request is malformed for the store.
   using Out = std::vector<Reply>;
