@@ -40,7 +40,7 @@ std::string signal_label(int signo) {
 
 }  // namespace
 
-Agent::Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, LaunchConfig cfg, Environment env)
+Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cfg, Environment env)
     : io_(io),
       signals_(signals),
       cfg_(std::move(cfg)),
@@ -52,7 +52,9 @@ Agent::Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, Laun
                            "; the job goes on, and output to it is dropped from here on");
               }),
       supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
-      shutdown_timer_(io) {
+      shutdown_timer_(io),
+      heartbeat_timer_(io),
+      lease_timer_(io) {
   writer_.add(STDOUT_FILENO, "the console (stdout)", false);
   writer_.add(STDERR_FILENO, "the console (stderr)", false);
   // While stderr is full the agent's own log lines are dropped (and counted),
@@ -149,7 +151,7 @@ int Agent::run() {
               group_.master_addr + "\n  master_port=" + std::to_string(group_.master_port) +
               "\n  group_rank=0\n  group_world_size=1\n  local_world_size=" + std::to_string(cfg_.nproc_per_node));
   }
-  // A signal that arrived during start-up is pending in the signal_set: handle
+  // A signal that arrived during start-up is pending in the signalfd: handle
   // it before any worker starts.
   io_.poll();
   if (finished_) return exit_code_;
@@ -159,12 +161,17 @@ int Agent::run() {
 }
 
 void Agent::wait_for_signal() {
-  signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
-    if (ec || finished_) return;
-    log::warning("Received " + signal_label(signo) + " death signal, shutting down workers");
-    apply(core_.on_signal(signo));
+  signals_.async_wait([this](int signo) {
+    if (finished_) return;
+    on_signal(signo);
     wait_for_signal();
   });
+}
+
+void Agent::on_signal(int signo) {
+  if (finished_) return;
+  log::warning("Received " + signal_label(signo) + " death signal, shutting down workers");
+  apply(core_.on_signal(signo));
 }
 
 void Agent::apply(const std::vector<Action>& actions) {
@@ -206,15 +213,15 @@ void Agent::apply(const std::vector<Action>& actions) {
     } else if (const auto* rf = std::get_if<action::ReportFailure>(&a)) {
       report_to_rendezvous_failure(rf->local_rank);
     } else if (std::holds_alternative<action::ReportSuccess>(a)) {
+      outcome_ = rendezvous::Resume::Outcome::succeeded;
       rdzv_->send(rendezvous::to_json(rendezvous::WorkersSucceededMessage{round_}));
-    } else if (std::holds_alternative<action::WorkersStopped>(a)) {
-      // Workers down: do what the rendezvous ordered, or wait for its word.
-      if (after_stop_ == AfterStop::rejoin) {
-        after_stop_ = AfterStop::wait;
-        send_join();
-      } else if (after_stop_ == AfterStop::finish) {
-        apply(core_.on_job_finished(exit_after_stop_));
-      }
+    } else if (std::holds_alternative<action::Rejoin>(a)) {
+      // Workers down after a restart order or a fence: join for the next round
+      // (now, or once the connection is back).
+      assignment_.reset();
+      outcome_.reset();
+      join_pending_ = true;
+      if (rdzv_->connected()) send_join();
     } else if (const auto* fin = std::get_if<action::Finish>(&a)) {
       finish(fin->exit_code);
     }
@@ -337,6 +344,10 @@ void Agent::open_filtered_logs(const std::string& attempt_dir) {
 }
 
 void Agent::on_worker_exit(const WorkerExit& e) {
+  // A signal that reached the agent before this exit was seen comes first:
+  // the worker may have been hit by the same scancel or kill.
+  if (auto signo = signals_.take_pending()) on_signal(*signo);
+  if (finished_) return;
   exits_[e.local_rank] = e;
   if (!e.status.success() && core_.phase() == Phase::running) {
     log::error("failed (exitcode: " + std::to_string(e.status.torch_exitcode()) +
@@ -352,12 +363,16 @@ void Agent::finish(int exit_code) {
   exit_code_ = exit_code;
   shutdown_timer_.cancel();
   signals_.cancel();
+  heartbeat_timer_.cancel();
+  lease_timer_.cancel();
   if (rdzv_) {
     if (core_.stop_reason() == StopReason::signal) {
       rdzv_->send(rendezvous::leave_message());
     }
     rdzv_->close();
   }
+  bool root_is_local = false;
+  for (const auto& f : core_.failures()) root_is_local = root_is_local || !f.stopped_by_agent;
   if (exit_code != 0) {
     if (core_.stop_reason() == StopReason::signal && core_.received_signal()) {
       std::string msg = "SignalException: Process " + std::to_string(getpid()) +
@@ -365,7 +380,9 @@ void Agent::finish(int exit_code) {
       say(msg);
     } else if (coordinated_ && job_root_cause_) {
       report_job_failure();
-    } else if (!core_.failures().empty()) {
+    } else if (root_is_local) {
+      // Workers the agent stopped (an order, a lost rendezvous) are victims:
+      // the error that stopped them was said when it happened.
       report_failure();
     }
   } else {

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <map>
 #include <optional>
@@ -21,6 +20,7 @@
 #include "muster/rendezvous/server.hpp"
 #include "muster/store/server.hpp"
 #include "port_reservation.hpp"
+#include "signal_source.hpp"
 #include "supervisor.hpp"
 #include "worker_env.hpp"
 
@@ -29,7 +29,7 @@ namespace muster::launcher {
 class Agent {
  public:
   // env: the agent's environment with its own additions already made.
-  Agent(boost::asio::io_context& io, boost::asio::signal_set& signals, LaunchConfig cfg, Environment env);
+  Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cfg, Environment env);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -38,10 +38,9 @@ class Agent {
   int run();
 
  private:
-  // What the rendezvous ordered for when the local workers are down.
-  enum class AfterStop { wait, rejoin, finish };
   Status form_group();
   void wait_for_signal();
+  void on_signal(int signo);
   void apply(const std::vector<Action>& actions);
   void start_workers(int restart_count);
   void on_worker_exit(const WorkerExit& e);
@@ -50,10 +49,17 @@ class Agent {
   // Multi-node jobs (agent_rendezvous.cpp).
   int run_coordinated();
   Status setup_rendezvous();
+  void on_connected();
   void send_join();
+  void send_resume();
   void on_rendezvous_message(const nlohmann::json& m);
   void on_rendezvous_error(const Status& st);
-  void stop_then(AfterStop next, int exit_code);
+  void on_rendezvous_lost(const Status& st);
+  void heartbeat_loop();
+  void arm_lease_timer();
+  void check_lease();
+  void fence(const std::string& why);
+  bool shutting_down() const;
   void report_to_rendezvous_failure(int local_rank);
   void report_job_failure();
   void copy_error_file_to_parent(const ProcessFailure& root);
@@ -64,7 +70,7 @@ class Agent {
   void say(const std::string& text);
 
   boost::asio::io_context& io_;
-  boost::asio::signal_set& signals_;
+  SignalSource& signals_;
   LaunchConfig cfg_;
   Environment env_;
   AgentCore core_;
@@ -92,12 +98,24 @@ class Agent {
   std::shared_ptr<rendezvous::RendezvousClient> rdzv_;
   std::unique_ptr<rendezvous::RendezvousServer> rdzv_server_;
   rendezvous::Settings rdzv_settings_;
+  rendezvous::Duration reconnect_timeout_{60000};
   std::string node_address_;
-  std::string node_name_;
+  std::string node_name_;  // this agent's identity: "<address>_<random instance id>"
   bool is_host_ = false;
   int round_ = -1;
-  AfterStop after_stop_ = AfterStop::wait;
-  int exit_after_stop_ = 1;
+  // The assignment the workers run under, while the rendezvous counts on it;
+  // with how they ended once they did (sent again when resuming).
+  std::optional<rendezvous::out::Assign> assignment_;
+  std::optional<rendezvous::Resume::Outcome> outcome_;
+  std::optional<rendezvous::FailureInfo> outcome_failure_;
+  bool join_pending_ = false;  // a join is due or sent and not yet answered with an assignment
+  int known_round_ = 0;        // the round the next join is for, as last heard
+  int known_restart_count_ = 0;
+  std::optional<Lease> lease_;
+  uint64_t heartbeat_seq_ = 0;
+  boost::asio::steady_timer heartbeat_timer_;
+  boost::asio::steady_timer lease_timer_;
+  std::chrono::steady_clock::time_point last_progress_note_{};
   std::optional<rendezvous::FailureInfo> job_root_cause_;
 };
 

@@ -28,28 +28,60 @@ std::vector<Action> AgentCore::on_assignment(int restart_count) {
   return begin_attempt();
 }
 
-std::vector<Action> AgentCore::on_stop_order() {
-  if (!coordinated_) return {};
+std::vector<Action> AgentCore::on_restart_order() { return order(Then::rejoin, 1, StopReason::ordered); }
+
+std::vector<Action> AgentCore::on_finish_order(int exit_code) {
+  return order(Then::finish, exit_code, StopReason::ordered);
+}
+
+std::vector<Action> AgentCore::on_fenced() { return order(Then::rejoin_fenced, 1, StopReason::fenced); }
+
+std::vector<Action> AgentCore::on_rendezvous_lost() { return order(Then::finish, 1, StopReason::lost); }
+
+std::vector<Action> AgentCore::order(Then then, int exit_code, StopReason reason) {
+  if (!coordinated_ || phase_ == Phase::finished) return {};
+  // A signal's shutdown is not turned into anything else.
+  if (reason_ == StopReason::signal) return {};
+  // An order to finish is not undone by a later order to re-form.
+  if (then_ == Then::finish && then != Then::finish && phase_ == Phase::stopping) return {};
+  then_ = then;
+  then_exit_code_ = exit_code;
   switch (phase_) {
     case Phase::running:
       phase_ = Phase::stopping;
-      reason_ = StopReason::ordered;
+      reason_ = reason;
       return {action::SignalWorkers{SIGTERM}, action::ArmShutdownTimer{}};
     case Phase::idle:
     case Phase::waiting:
-      phase_ = Phase::waiting;
-      return {action::WorkersStopped{}};
+      if (reason_ == StopReason::none || reason_ == StopReason::ordered) reason_ = reason;
+      return follow_order();
     case Phase::stopping:
+      // The stop in progress ends in what this order asks for. The reason of
+      // a stop already under way (a local failure) stays its root cause.
+      if (reason_ == StopReason::ordered || reason == StopReason::lost) reason_ = reason;
+      return {};
     case Phase::finished:
-      return {};  // WorkersStopped comes when the stop in progress ends
+      return {};
   }
   return {};
 }
 
-std::vector<Action> AgentCore::on_job_finished(int exit_code) {
-  if (phase_ == Phase::finished) return {};
-  phase_ = Phase::finished;
-  return {action::Finish{exit_code}};
+std::vector<Action> AgentCore::follow_order() {
+  Then then = then_;
+  then_ = Then::wait;
+  switch (then) {
+    case Then::wait:
+      phase_ = Phase::waiting;
+      return {};
+    case Then::rejoin:
+    case Then::rejoin_fenced:
+      phase_ = Phase::waiting;
+      return {action::Rejoin{then == Then::rejoin_fenced}};
+    case Then::finish:
+      phase_ = Phase::finished;
+      return {action::Finish{then_exit_code_}};
+  }
+  return {};
 }
 
 std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status) {
@@ -89,8 +121,8 @@ std::vector<Action> AgentCore::after_exit() {
   }
   std::vector<Action> out{action::CancelShutdownTimer{}};
   if (coordinated_ && reason_ != StopReason::signal) {
-    phase_ = Phase::waiting;
-    out.push_back(action::WorkersStopped{});
+    auto next = follow_order();
+    out.insert(out.end(), next.begin(), next.end());
     return out;
   }
   if (reason_ == StopReason::failure && restart_count_ < max_restarts_) {
@@ -137,6 +169,27 @@ std::vector<Action> AgentCore::on_shutdown_timer() {
   // Still not gone after SIGKILL: waiting longer could be forever.
   phase_ = Phase::finished;
   return {action::AbandonWorkers{}, action::Finish{1}};
+}
+
+void Lease::renew(Clock::time_point at) {
+  if (at > renewed_) renewed_ = at;
+}
+
+void Lease::sent(uint64_t seq, Clock::time_point at) {
+  in_flight_.emplace_back(seq, at);
+  if (in_flight_.size() > kMaxInFlight) in_flight_.pop_front();
+}
+
+void Lease::acked(uint64_t seq) {
+  while (!in_flight_.empty() && in_flight_.front().first <= seq) {
+    if (in_flight_.front().first == seq) renew(in_flight_.front().second);
+    in_flight_.pop_front();
+  }
+}
+
+Lease::Clock::time_point Lease::expires() const {
+  if (renewed_ > Clock::time_point::max() - dead_after_) return Clock::time_point::max();
+  return renewed_ + dead_after_;
 }
 
 }  // namespace muster::launcher

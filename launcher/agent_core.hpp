@@ -1,10 +1,19 @@
 // The agent's life cycle as a state machine without I/O: it takes events
 // (workers started, a worker exited, a signal arrived, the shutdown grace ran
-// out) and answers with the actions the driver carries out. One worker
-// failing stops the rest; the group restarts while restarts remain; all
-// workers succeeding ends the run with 0.
+// out, the rendezvous ordered something) and answers with the actions the
+// driver carries out. One worker failing stops the rest; the group restarts
+// while restarts remain; all workers succeeding ends the run with 0.
+//
+// In a multi-node (coordinated) job the rendezvous decides what follows a
+// stop: its orders (restart: re-form; finish with a code; fenced: this node
+// was dropped) stop the workers, and once they are down the core says what
+// the order meant (Rejoin, or Finish). A signal the agent received is the
+// root cause of the stop it starts, whatever workers do after it.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <deque>
 #include <optional>
 #include <variant>
 #include <vector>
@@ -45,17 +54,22 @@ struct ReportFailure {
   int local_rank = 0;
 };
 struct ReportSuccess {};
-// Coordinated mode: every local worker is down after a stop.
-struct WorkersStopped {};
+// Coordinated mode: the workers are down after a restart order or a fence;
+// join the rendezvous again.
+struct Rejoin {
+  bool fenced = false;  // dropped by the rendezvous: join as a newcomer
+};
 }  // namespace action
 
 using Action = std::variant<action::StartWorkers, action::SignalWorkers, action::ArmShutdownTimer,
                             action::CancelShutdownTimer, action::KillWorkers, action::AbandonWorkers,
-                            action::ReportFailure, action::ReportSuccess, action::WorkersStopped, action::Finish>;
+                            action::ReportFailure, action::ReportSuccess, action::Rejoin, action::Finish>;
 
 // waiting: coordinated mode, workers down, the rendezvous decides what is next.
 enum class Phase { idle, running, stopping, waiting, finished };
-enum class StopReason { none, failure, signal, ordered };
+// ordered: the rendezvous's restart or finish order; fenced: this node was
+// dropped (or fenced itself); lost: the rendezvous is gone for good.
+enum class StopReason { none, failure, signal, ordered, fenced, lost };
 
 // A worker that ended badly in the current attempt, in the order seen.
 struct ObservedFailure {
@@ -73,11 +87,16 @@ class AgentCore {
   std::vector<Action> start();
   // Coordinated mode: the rendezvous assigned a round; start its workers.
   std::vector<Action> on_assignment(int restart_count);
-  // Coordinated mode: the rendezvous ordered the workers stopped (a restart,
-  // or the job ending); WorkersStopped follows once they are down.
-  std::vector<Action> on_stop_order();
-  // Coordinated mode: the job is over; call once the workers are down.
-  std::vector<Action> on_job_finished(int exit_code);
+  // Coordinated mode: the job re-forms; Rejoin once the workers are down.
+  std::vector<Action> on_restart_order();
+  // Coordinated mode: the job is over; Finish(exit_code) once the workers are down.
+  std::vector<Action> on_finish_order(int exit_code);
+  // Coordinated mode: the rendezvous dropped this node, or the node could not
+  // heartbeat for the dead-after window: its workers belong to a world that
+  // goes on without them. Rejoin{fenced} once they are down.
+  std::vector<Action> on_fenced();
+  // Coordinated mode: the rendezvous is gone past the reconnect window.
+  std::vector<Action> on_rendezvous_lost();
   std::vector<Action> on_worker_exit(int local_rank, ExitStatus status);
   std::vector<Action> on_signal(int signo);
   std::vector<Action> on_shutdown_timer();
@@ -90,10 +109,16 @@ class AgentCore {
   // Failures of the attempt that ended the run (or of the current attempt).
   const std::vector<ObservedFailure>& failures() const { return failures_; }
   int live_workers() const { return live_; }
+  // Whether the workers run under an assignment the rendezvous still counts
+  // on (so losing the rendezvous must fence them).
+  bool holds_workers() const { return phase_ == Phase::running || phase_ == Phase::stopping; }
 
  private:
+  enum class Then { wait, rejoin, rejoin_fenced, finish };
   std::vector<Action> after_exit();
   std::vector<Action> begin_attempt();
+  std::vector<Action> order(Then then, int exit_code, StopReason reason);
+  std::vector<Action> follow_order();
 
   int nproc_;
   int max_restarts_;
@@ -106,6 +131,34 @@ class AgentCore {
   int live_ = 0;
   std::vector<ObservedFailure> failures_;
   bool kill_sent_ = false;
+  Then then_ = Then::wait;  // coordinated: what the last order asks for once the workers are down
+  int then_exit_code_ = 1;
+};
+
+// The agent's view of its membership. The rendezvous counts a member gone
+// once it has heard nothing from it for the dead-after window; the agent
+// counts from the send time of its latest heartbeat that the rendezvous
+// acknowledged, which is never later than when the rendezvous heard it, so
+// the lease lapses here no later than the rendezvous drops the member.
+class Lease {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit Lease(std::chrono::milliseconds dead_after) : dead_after_(dead_after) {}
+
+  void renew(Clock::time_point at);
+  // A heartbeat numbered seq went out at `at`.
+  void sent(uint64_t seq, Clock::time_point at);
+  // The rendezvous acknowledged heartbeat seq: the lease runs from its send time.
+  void acked(uint64_t seq);
+  bool lapsed(Clock::time_point now) const { return now >= expires(); }
+  Clock::time_point expires() const;
+  std::chrono::milliseconds dead_after() const { return dead_after_; }
+
+ private:
+  static constexpr std::size_t kMaxInFlight = 1024;  // heartbeats awaiting an ack, oldest dropped
+  std::chrono::milliseconds dead_after_;
+  Clock::time_point renewed_{};
+  std::deque<std::pair<uint64_t, Clock::time_point>> in_flight_;
 };
 
 }  // namespace muster::launcher

@@ -1,9 +1,21 @@
 // The agent in a multi-node job: it joins the job's rendezvous (hosting it
 // in-process when the endpoint is one of its own addresses), starts its
 // workers on each assignment, reports how they ended, and follows the
-// rendezvous's restart and finish orders.
+// rendezvous's restart, finish and fence orders.
+//
+// Membership, as this agent keeps it:
+// - Its identity is "<address>_<random 128-bit instance id>", chosen at start.
+// - Heartbeats carry a sequence number and are acknowledged; the Lease runs
+//   from the send time of the latest acknowledged one. When it lapses (the
+//   agent was paused, the link is cut, the rendezvous is gone) the workers
+//   are stopped at once: the rendezvous has counted, or is about to count,
+//   this node gone, and the others re-form without it.
+// - A broken connection is not the end: the workers keep running and the
+//   agent reconnects for reconnect_timeout, then resumes its place (round,
+//   ranks, how its workers ended), or joins afresh if it no longer has one.
 #include <ifaddrs.h>
 #include <netdb.h>
+#include <sys/random.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -75,6 +87,40 @@ bool is_own_address(const std::string& host) {
   return found;
 }
 
+// 128 random bits as hex: no two agents have the same by accident (a PID
+// repeats across containers and hosts).
+std::string instance_id() {
+  unsigned char bytes[16] = {};
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got < sizeof bytes) {
+    // No getrandom (a very old kernel): time and pid, still unique per host.
+    auto t = static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
+    for (std::size_t i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(t >> (8 * i));
+    auto p = static_cast<unsigned long long>(getpid());
+    for (std::size_t i = 0; i < 8; ++i) bytes[8 + i] = static_cast<unsigned char>(p >> (8 * i));
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back(hex[b >> 4]);
+    out.push_back(hex[b & 15]);
+  }
+  return out;
+}
+
+std::string seconds_of(std::chrono::milliseconds d) {
+  auto ms = d.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000);
+  return buf;
+}
+
 }  // namespace
 
 Status Agent::setup_rendezvous() {
@@ -88,7 +134,8 @@ Status Agent::setup_rendezvous() {
   auto close = conf_seconds(conf, "close_timeout", 30);
   auto keep = conf_seconds(conf, "keep_alive_interval", 5);
   auto attempts = rdzv_conf_int(conf, "keep_alive_max_attempt", 3);
-  for (const auto* r : {&join, &last, &close, &keep}) {
+  auto reconnect = conf_seconds(conf, "reconnect_timeout", 60);
+  for (const auto* r : {&join, &last, &close, &keep, &reconnect}) {
     if (!r->ok()) return r->status();
   }
   if (!attempts.ok()) return attempts.status();
@@ -105,9 +152,13 @@ Status Agent::setup_rendezvous() {
   rdzv_settings_.close_timeout = close.value();
   rdzv_settings_.keep_alive_interval = keep.value();
   rdzv_settings_.keep_alive_max_attempt = static_cast<int>(attempts.value());
+  // Reconnecting for less than the dead-after window would give up on a
+  // rendezvous that still counts this node alive.
+  reconnect_timeout_ = std::max(reconnect.value(), rdzv_settings_.dead_after());
+  lease_.emplace(rdzv_settings_.dead_after());
 
   node_address_ = cfg_.local_addr ? *cfg_.local_addr : host_;
-  node_name_ = node_address_ + "_" + std::to_string(getpid());
+  node_name_ = node_address_ + "_" + instance_id();
 
   if (is_static) {
     // Not elastic: every node of --nnodes's maximum, each with its --node-rank.
@@ -159,7 +210,10 @@ Status Agent::setup_rendezvous() {
   std::string connect_host = ep->host;
   rdzv_ = std::make_shared<rendezvous::RendezvousClient>(
       io_, connect_host, ep->port, [this](const json& m) { on_rendezvous_message(m); },
-      [this](const Status& st) { on_rendezvous_error(st); });
+      [this](const Status& st) { on_rendezvous_error(st); }, [this](const Status& st) { on_rendezvous_lost(st); });
+  // Heartbeats nobody acknowledges (the link is cut, the server's host
+  // vanished) make the kernel fail the connection after twice the window.
+  rdzv_->set_user_timeout(rdzv_settings_.dead_after() * 2);
   auto path = resolve_executable(cfg_.executable, env_.count("PATH") ? env_.at("PATH") : "");
   if (!path.ok()) return path.status();
   resolved_executable_ = path.value();
@@ -175,12 +229,23 @@ int Agent::run_coordinated() {
   }
   io_.poll();  // a signal during start-up ends the run before anything starts
   if (finished_) return exit_code_;
-  rdzv_->connect(rdzv_settings_.join_timeout, [this] {
-    rdzv_->start_heartbeats(rdzv_settings_.keep_alive_interval, rdzv_settings_.dead_after() * 2);
-    send_join();
-  });
+  join_pending_ = true;
+  rdzv_->connect(rdzv_settings_.join_timeout, [this] { on_connected(); });
+  heartbeat_loop();
   io_.run();
   return exit_code_;
+}
+
+bool Agent::shutting_down() const { return finished_ || core_.stop_reason() == StopReason::signal; }
+
+// Connected, the first time or again: take the place back or join.
+void Agent::on_connected() {
+  if (finished_) return;
+  lease_->renew(std::chrono::steady_clock::now());
+  arm_lease_timer();
+  if (assignment_) return send_resume();
+  if (join_pending_) send_join();
+  // Otherwise workers are being stopped on an order; Rejoin will join.
 }
 
 void Agent::send_join() {
@@ -209,16 +274,100 @@ void Agent::send_join() {
   m.request.role = cfg_.role;
   m.request.store_port = store_->port();
   m.request.is_host = is_host_;
+  m.request.known_round = known_round_;
+  m.request.known_restart_count = known_restart_count_;
   if (rdzv_settings_.static_ranks) m.request.node_rank = cfg_.node_rank;
   m.settings = rdzv_settings_;
+  join_pending_ = true;
+  last_progress_note_ = std::chrono::steady_clock::now();
   rdzv_->send(rendezvous::to_json(m));
-  log::info("[" + cfg_.role + "] joining the rendezvous of job '" + cfg_.rdzv_id + "' at " + rdzv_->address());
+  log::info("[" + cfg_.role + "] joining the rendezvous of job '" + cfg_.rdzv_id + "' at " + rdzv_->address() +
+            " as node " + node_name_);
 }
 
-void Agent::stop_then(AfterStop next, int exit_code) {
-  after_stop_ = next;
-  exit_after_stop_ = exit_code;
-  apply(core_.on_stop_order());
+// Back on a new connection while the workers run (or have just ended) under
+// an assignment: say where this node stands, so the rendezvous (the same, or
+// a restarted one) gives the place back.
+void Agent::send_resume() {
+  const auto& a = *assignment_;
+  rendezvous::JoinMessage m;
+  m.job = cfg_.rdzv_id;
+  m.request.node_name = node_name_;
+  m.request.address = node_address_;
+  m.request.local_world_size = cfg_.nproc_per_node;
+  m.request.role = cfg_.role;
+  m.request.store_port = store_ ? store_->port() : 0;
+  m.request.is_host = is_host_;
+  if (rdzv_settings_.static_ranks) m.request.node_rank = cfg_.node_rank;
+  rendezvous::Resume r;
+  r.round = a.round;
+  r.restart_count = a.restart_count;
+  r.group_rank = a.group_rank;
+  r.group_world_size = a.group_world_size;
+  r.ranks = a.ranks;
+  r.master_addr = a.master_addr;
+  r.master_port = a.master_port;
+  r.outcome = outcome_.value_or(rendezvous::Resume::Outcome::running);
+  r.failure = outcome_failure_;
+  m.request.resume = r;
+  m.settings = rdzv_settings_;
+  rdzv_->send(rendezvous::to_json(m));
+  log::info("[" + cfg_.role + "] resuming round " + std::to_string(a.round) + " of job '" + cfg_.rdzv_id + "' at " +
+            rdzv_->address() + " as group rank " + std::to_string(a.group_rank));
+}
+
+void Agent::heartbeat_loop() {
+  // While waiting for a round the heartbeats also ask where it stands, at
+  // least every few seconds, so the wait can say what it waits for.
+  constexpr rendezvous::Duration kProgressEvery{5000};
+  auto every = join_pending_ ? std::min(rdzv_settings_.keep_alive_interval, kProgressEvery)
+                             : rdzv_settings_.keep_alive_interval;
+  heartbeat_timer_.expires_after(every);
+  heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || finished_) return;
+    // Woken late (the agent was paused): the lease may have lapsed meanwhile,
+    // and a heartbeat now must not hide it.
+    check_lease();
+    if (finished_) return;
+    if (rdzv_->connected()) {
+      rendezvous::HeartbeatMessage beat;
+      beat.seq = ++heartbeat_seq_;
+      beat.progress = join_pending_;
+      lease_->sent(*beat.seq, std::chrono::steady_clock::now());
+      rdzv_->send(rendezvous::heartbeat_message(beat));
+    }
+    heartbeat_loop();
+  });
+}
+
+void Agent::arm_lease_timer() {
+  lease_timer_.expires_at(lease_->expires());
+  lease_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || finished_) return;
+    check_lease();
+  });
+}
+
+void Agent::check_lease() {
+  if (finished_ || !assignment_ || !core_.holds_workers()) return;
+  if (!lease_->lapsed(std::chrono::steady_clock::now())) return;
+  fence("no heartbeat of this node was acknowledged for " + seconds_of(lease_->dead_after()) +
+        " (keep_alive_interval x keep_alive_max_attempt), so the rendezvous counts it gone");
+  // That connection has been of no use for the whole window: start afresh.
+  if (rdzv_->connected()) {
+    rdzv_->reconnect(reconnect_timeout_, [this] { on_connected(); });
+  }
+}
+
+// The workers run in a world that goes on without them: stop them, then join
+// as a newcomer.
+void Agent::fence(const std::string& why) {
+  if (shutting_down()) return;
+  log::warning("[" + cfg_.role + "] this node is out of the job: " + rendezvous::log_excerpt(why, 1000) +
+               "; stopping its workers, then joining again");
+  assignment_.reset();
+  outcome_.reset();
+  apply(core_.on_fenced());
 }
 
 void Agent::on_rendezvous_message(const json& raw) {
@@ -230,8 +379,18 @@ void Agent::on_rendezvous_message(const json& raw) {
                                                           decoded.status().message()));
   }
   const auto& m = decoded.value();
-  if (const auto* a = std::get_if<rendezvous::out::Assign>(&m)) {
+  if (const auto* ack = std::get_if<rendezvous::HeartbeatAck>(&m)) {
+    lease_->acked(ack->seq);
+    arm_lease_timer();
+  } else if (const auto* a = std::get_if<rendezvous::out::Assign>(&m)) {
+    if (shutting_down()) return;
+    join_pending_ = false;
     round_ = a->round;
+    assignment_ = *a;
+    outcome_.reset();
+    outcome_failure_.reset();
+    known_round_ = a->round;
+    known_restart_count_ = a->restart_count;
     group_.role = cfg_.role;
     group_.group_rank = a->group_rank;
     group_.group_world_size = a->group_world_size;
@@ -250,14 +409,44 @@ void Agent::on_rendezvous_message(const json& raw) {
               "\n  master_port=" + std::to_string(group_.master_port) + "\n  group_rank=" +
               std::to_string(group_.group_rank) + "\n  group_world_size=" + std::to_string(group_.group_world_size));
     apply(core_.on_assignment(a->restart_count));
+  } else if (const auto* res = std::get_if<rendezvous::out::Resumed>(&m)) {
+    log::info("[" + cfg_.role + "] back in round " + std::to_string(res->round) + " of job '" + cfg_.rdzv_id +
+              "'; the workers went on running");
+  } else if (const auto* w = std::get_if<rendezvous::out::Waiting>(&m)) {
+    auto now = std::chrono::steady_clock::now();
+    if (!join_pending_ || now - last_progress_note_ < std::chrono::seconds(5)) return;
+    last_progress_note_ = now;
+    log::warning("[" + cfg_.role + "] waiting for the rendezvous of job '" + cfg_.rdzv_id + "' at " +
+                 rdzv_->address() + ": round " + std::to_string(w->round) + " has " + std::to_string(w->joined) +
+                 " of " + std::to_string(w->min_nodes) + ".." + std::to_string(w->max_nodes) + " nodes" +
+                 (w->waiting > 0 ? " (" + std::to_string(w->waiting) + " more waiting)" : std::string()) + "; " +
+                 seconds_of(std::chrono::duration_cast<std::chrono::seconds>(w->join_timeout_left)) +
+                 " left of join_timeout");
   } else if (const auto* r = std::get_if<rendezvous::out::Restart>(&m)) {
+    known_round_ = r->next_round;
+    if (assignment_ && r->counts_as_failure) known_restart_count_ = assignment_->restart_count + 1;
+    assignment_.reset();
+    outcome_.reset();
+    if (shutting_down()) return;
     log::warning("[" + cfg_.role + "] the job re-forms (" + rendezvous::log_excerpt(r->reason, 1000) +
                  "); will restart worker group");
-    stop_then(AfterStop::rejoin, 1);
+    apply(core_.on_restart_order());
+  } else if (const auto* fen = std::get_if<rendezvous::out::Fenced>(&m)) {
+    fence("the rendezvous dropped it (" + fen->reason + ")");
   } else if (const auto* f = std::get_if<rendezvous::out::Finished>(&m)) {
     if (!f->success && f->root_cause) job_root_cause_ = *f->root_cause;
-    if (!f->success) log::error("[" + cfg_.role + "] the job failed: " + rendezvous::log_excerpt(f->message, 1000));
-    stop_then(AfterStop::finish, f->success ? 0 : 1);
+    if (!f->success && !shutting_down()) {
+      log::error("[" + cfg_.role + "] the job failed: " + rendezvous::log_excerpt(f->message, 1000));
+    }
+    apply(core_.on_finish_order(f->success ? 0 : 1));
+  } else if (const auto* rej = std::get_if<rendezvous::out::Reject>(&m);
+             rej && rej->code == Code::already_exists && assignment_) {
+    // Back before the rendezvous saw the old connection go: try again shortly.
+    log::warning("[" + cfg_.role + "] the rendezvous still holds this node's old connection; reconnecting");
+    auto retry = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(500));
+    retry->async_wait([this, retry](const boost::system::error_code& ec) {
+      if (!ec && !finished_) rdzv_->reconnect(reconnect_timeout_, [this] { on_connected(); });
+    });
   } else {
     const std::string& text = std::holds_alternative<rendezvous::out::Reject>(m)
                                   ? std::get<rendezvous::out::Reject>(m).message
@@ -269,9 +458,28 @@ void Agent::on_rendezvous_message(const json& raw) {
 
 void Agent::on_rendezvous_error(const Status& st) {
   if (finished_) return;
-  std::string msg = "muster: error: " + st.message() + "\n";
-  say(msg);
-  stop_then(AfterStop::finish, 1);
+  if (!shutting_down()) {
+    std::string msg = "muster: error: " + st.message() + "\n";
+    say(msg);
+  }
+  apply(core_.on_rendezvous_lost());
+  // Not coordinated yet or nothing running: the order has nothing to stop.
+  if (!finished_ && !core_.holds_workers()) apply(core_.on_finish_order(1));
+}
+
+// The connection broke: keep the workers, reconnect for reconnect_timeout.
+void Agent::on_rendezvous_lost(const Status& st) {
+  if (finished_) return;
+  if (shutting_down()) return;
+  log::warning("[" + cfg_.role + "] " + st.message() + "; the workers keep running while this node reconnects (for up to " +
+               seconds_of(reconnect_timeout_) + ")");
+  auto started = std::chrono::steady_clock::now();
+  rdzv_->reconnect(reconnect_timeout_, [this, started] {
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    log::info("[" + cfg_.role + "] reconnected to the rendezvous at " + rdzv_->address() + " after " +
+              seconds_of(took));
+    on_connected();
+  });
 }
 
 void Agent::report_to_rendezvous_failure(int local_rank) {
@@ -281,6 +489,7 @@ void Agent::report_to_rendezvous_failure(int local_rank) {
   f.host = node_address_;
   auto it = exits_.find(local_rank);
   pid_t pid = it != exits_.end() ? it->second.pid : 0;
+  f.pid = static_cast<int>(pid);
   f.exitcode = it != exits_.end() ? it->second.status.torch_exitcode() : 1;
   auto pf = make_process_failure(f.global_rank, local_rank, pid, f.exitcode, error_files_[local_rank],
                                  static_cast<long long>(time(nullptr)), false);
@@ -289,6 +498,8 @@ void Agent::report_to_rendezvous_failure(int local_rank) {
                   ? pf.message.substr(0, rendezvous::kMaxTextLength - 32) + " ... (truncated)"
                   : pf.message;
   f.timestamp = std::max<long long>(0, pf.timestamp);
+  outcome_ = rendezvous::Resume::Outcome::failed;
+  outcome_failure_ = f;
   rdzv_->send(rendezvous::to_json(rendezvous::WorkersFailedMessage{round_, f}));
 }
 
@@ -307,6 +518,7 @@ void Agent::report_job_failure() {
   r.global_rank = root.global_rank;
   r.local_rank = root.local_rank;
   r.exitcode = root.exitcode;
+  r.pid = root.pid;
   r.error_file = "<N/A> (on " + root.host + ")";
   r.message = root.message;
   r.timestamp = root.timestamp;

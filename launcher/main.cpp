@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -146,10 +145,24 @@ int main(int argc, char** argv) {
   env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = cfg->signals_to_handle;
 
   boost::asio::io_context io(1);
-  boost::asio::signal_set signals(io);
-  for (int s : cfg->signal_numbers) signals.add(s);
-  sigprocmask(SIG_UNBLOCK, &early, nullptr);
+  // The signals the agent handles stay blocked for good and are read from a
+  // signalfd; those of the early set it does not handle get their default back.
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int s : cfg->signal_numbers) sigaddset(&handled, s);
+  sigprocmask(SIG_BLOCK, &handled, nullptr);
+  sigset_t unhandled;
+  sigemptyset(&unhandled);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+    if (!sigismember(&handled, s)) sigaddset(&unhandled, s);
+  }
+  auto signals = muster::launcher::SignalSource::open(io, cfg->signal_numbers);
+  if (!signals.ok()) {
+    std::fprintf(stderr, "muster: error: %s\n", signals.status().message().c_str());
+    return 1;
+  }
+  sigprocmask(SIG_UNBLOCK, &unhandled, nullptr);
 
-  muster::launcher::Agent agent(io, signals, std::move(cfg.value()), std::move(env));
+  muster::launcher::Agent agent(io, *signals.value(), std::move(cfg.value()), std::move(env));
   return agent.run();
 }

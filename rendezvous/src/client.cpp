@@ -1,101 +1,164 @@
 #include "muster/rendezvous/client.hpp"
 
-#include "muster/rendezvous/tcp_util.hpp"
-
-#include <boost/asio/connect.hpp>
-#include <boost/asio/write.hpp>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+
+#include <boost/asio/connect.hpp>
+
+#include "muster/common/log.hpp"
 
 namespace muster::rendezvous {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
+struct RendezvousClient::Connection {
+  explicit Connection(asio::io_context& io) : socket(io) {}
+  tcp::socket socket;
+  FrameReader reader;
+  net::WriteQueue out;
+  std::array<char, 16384> buf{};
+  bool open = false;  // connected and not yet broken
+  bool done = false;  // broken or dropped: its handlers do nothing more
+};
+
 RendezvousClient::RendezvousClient(asio::io_context& io, std::string host, int port, OnMessage on_message,
-                                   OnError on_error)
+                                   OnStatus on_error, OnStatus on_lost)
     : io_(io),
       host_(std::move(host)),
       port_(port),
       on_message_(std::move(on_message)),
       on_error_(std::move(on_error)),
-      socket_(io),
+      on_lost_(std::move(on_lost)),
       resolver_(io),
       retry_timer_(io),
-      heartbeat_timer_(io) {}
+      attempt_timer_(io) {}
 
 std::string RendezvousClient::address() const {
   return (host_.find(':') != std::string::npos ? "[" + host_ + "]" : host_) + ":" + std::to_string(port_);
 }
 
+bool RendezvousClient::connected() const { return conn_ && conn_->open; }
+
 void RendezvousClient::connect(Duration deadline, std::function<void()> on_connected) {
-  deadline_ = Clock::now() + deadline;
+  deadline_ = saturating_add(Clock::now(), deadline);
   on_connected_ = std::move(on_connected);
+  backoff_ = Duration(100);
+  attempts_ = 0;
+  last_notice_ = {};
+  conn_ = std::make_shared<Connection>(io_);
   attempt();
+}
+
+void RendezvousClient::reconnect(Duration deadline, std::function<void()> on_connected) {
+  if (closed_) return;
+  if (conn_) {
+    conn_->done = true;
+    conn_->open = false;
+    boost::system::error_code ignored;
+    conn_->socket.close(ignored);
+  }
+  retry_timer_.cancel();
+  attempt_timer_.cancel();
+  resolver_.cancel();
+  connect(deadline, std::move(on_connected));
+}
+
+void RendezvousClient::retry(const std::string& why) {
+  last_error_ = why;
+  auto now = Clock::now();
+  if (now + backoff_ >= deadline_) {
+    on_error_(Status(Code::unavailable, "cannot reach the rendezvous at " + address() + ": " + last_error_ +
+                                            "; check --rdzv-endpoint and that its host is up"));
+    return;
+  }
+  // Say why the wait goes on: at the first failure, then every few seconds.
+  if (attempts_ == 1 || now - last_notice_ >= kRetryNoticeEvery) {
+    last_notice_ = now;
+    auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline_ - now).count();
+    log::warning("cannot reach the rendezvous at " + address() + " yet (" + why + "); retrying for up to " +
+                 std::to_string(left) + " s more");
+  }
+  retry_timer_.expires_after(backoff_);
+  backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+  auto self = shared_from_this();
+  retry_timer_.async_wait([self](const boost::system::error_code& e) {
+    if (!e && !self->closed_) self->attempt();
+  });
 }
 
 void RendezvousClient::attempt() {
   auto self = shared_from_this();
-  resolver_.async_resolve(host_, std::to_string(port_), [self](const boost::system::error_code& ec,
-                                                               tcp::resolver::results_type results) {
-    if (self->closed_) return;
-    auto retry = [self](const std::string& why) {
-      self->last_error_ = why;
-      if (Clock::now() + self->backoff_ >= self->deadline_) {
-        self->on_error_(Status(Code::unavailable, "cannot reach the rendezvous at " + self->address() + ": " +
-                                                      self->last_error_ +
-                                                      "; check --rdzv-endpoint and that its host is up"));
-        return;
-      }
-      self->retry_timer_.expires_after(self->backoff_);
-      self->backoff_ = std::min(self->backoff_ * 2, Duration(2000));
-      self->retry_timer_.async_wait([self](const boost::system::error_code& e) {
-        if (!e && !self->closed_) self->attempt();
-      });
-    };
-    if (ec) return retry(ec.message());
-    asio::async_connect(self->socket_, results, [self, retry](const boost::system::error_code& e, const tcp::endpoint&) {
-      if (self->closed_) return;
+  auto c = conn_;
+  ++attempts_;
+  resolver_.async_resolve(host_, std::to_string(port_), [self, c](const boost::system::error_code& ec,
+                                                                  tcp::resolver::results_type results) {
+    if (self->closed_ || c->done) return;
+    if (ec) return self->retry("the name " + self->host_ + " does not resolve: " + ec.message());
+    // One attempt may not hang on a host that does not answer.
+    self->attempt_timer_.expires_after(std::min(kAttemptTimeout, std::max(Duration(1), std::chrono::duration_cast<Duration>(self->deadline_ - Clock::now()))));
+    self->attempt_timer_.async_wait([c](const boost::system::error_code& e) {
+      if (e || c->done || c->open) return;
+      boost::system::error_code ignored;
+      c->socket.close(ignored);
+    });
+    asio::async_connect(c->socket, results, [self, c](const boost::system::error_code& e, const tcp::endpoint&) {
+      if (self->closed_ || c->done) return;
+      self->attempt_timer_.cancel();
       if (e) {
         boost::system::error_code ignored;
-        self->socket_.close(ignored);
-        return retry(e.message());
+        c->socket.close(ignored);
+        return self->retry(e == asio::error::operation_aborted ? std::string("no answer") : e.message());
       }
       boost::system::error_code ignored;
-      self->socket_.set_option(tcp::no_delay(true), ignored);
-      self->connected_ = true;
-      self->read_more();
-      self->flush();
+      c->socket.set_option(tcp::no_delay(true), ignored);
+      if (self->user_timeout_.count() > 0) {
+        unsigned int ms = static_cast<unsigned int>(self->user_timeout_.count());
+        ::setsockopt(c->socket.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+      }
+      c->open = true;
+      self->read_more(c);
+      self->flush(c);
       if (self->on_connected_) self->on_connected_();
     });
   });
 }
 
 void RendezvousClient::send(const nlohmann::json& message) {
-  if (closed_) return;
-  out_.push(encode_frame(message));
-  if (connected_) flush();
+  if (closed_ || !conn_ || conn_->done) return;
+  conn_->out.push(encode_frame(message));
+  if (conn_->open) flush(conn_);
 }
 
-void RendezvousClient::flush() {
+void RendezvousClient::flush(std::shared_ptr<Connection> c) {
   auto self = shared_from_this();
-  out_.flush(socket_, self, [self](const boost::system::error_code& ec) {
-    if (ec && !self->closed_) {
-      self->on_error_(Status(Code::unavailable, "lost the rendezvous at " + self->address() + ": " + ec.message()));
+  c->out.flush(c->socket, c, [self, c](const boost::system::error_code& ec) {
+    if (ec && !self->closed_ && !c->done) {
+      self->lost(c, Status(Code::unavailable, "lost the rendezvous at " + self->address() + ": " + ec.message()));
     }
   });
 }
 
-void RendezvousClient::read_more() {
+void RendezvousClient::lost(const std::shared_ptr<Connection>& c, const Status& why) {
+  if (c->done) return;
+  c->done = true;
+  c->open = false;
+  boost::system::error_code ignored;
+  c->socket.close(ignored);
+  if (c == conn_) on_lost_(why);
+}
+
+void RendezvousClient::read_more(std::shared_ptr<Connection> c) {
   auto self = shared_from_this();
-  socket_.async_read_some(asio::buffer(buf_), [self](const boost::system::error_code& ec, std::size_t n) {
-    if (self->closed_) return;
+  c->socket.async_read_some(asio::buffer(c->buf), [self, c](const boost::system::error_code& ec, std::size_t n) {
+    if (self->closed_ || c->done) return;
     if (n > 0) {
-      self->reader_.feed(std::string_view(self->buf_.data(), n));
-      while (!self->closed_) {
-        auto frame = self->reader_.next();
+      c->reader.feed(std::string_view(c->buf.data(), n));
+      while (!self->closed_ && !c->done) {
+        auto frame = c->reader.next();
         if (!frame.ok()) {
+          c->done = true;
           self->on_error_(Status(Code::io_error, "the rendezvous at " + self->address() + " sent a bad frame: " +
                                                      frame.status().message()));
           return;
@@ -103,6 +166,7 @@ void RendezvousClient::read_more() {
         if (!frame.value()) break;
         auto msg = parse_message(*frame.value());
         if (!msg.ok()) {
+          c->done = true;
           self->on_error_(Status(Code::io_error, "the rendezvous at " + self->address() + " sent a bad message: " +
                                                      msg.status().message()));
           return;
@@ -110,46 +174,27 @@ void RendezvousClient::read_more() {
         self->on_message_(msg.value());
       }
     }
-    if (self->closed_) return;
+    if (self->closed_ || c->done) return;
     if (ec) {
-      self->on_error_(Status(Code::unavailable, "lost the rendezvous at " + self->address() + ": " +
-                                                    (ec == asio::error::eof ? "the server closed the connection"
-                                                                            : ec.message())));
-      return;
+      return self->lost(c, Status(Code::unavailable, "lost the rendezvous at " + self->address() + ": " +
+                                                         (ec == asio::error::eof ? "the server closed the connection"
+                                                                                 : ec.message())));
     }
-    self->read_more();
-  });
-}
-
-void RendezvousClient::start_heartbeats(Duration interval, Duration give_up_after) {
-  // Heartbeats nobody acknowledges (the link is cut, the server's host
-  // vanished) make the kernel fail the connection after give_up_after, so an
-  // agent cut off from its job learns it instead of waiting forever.
-  if (socket_.is_open() && give_up_after.count() > 0) {
-    unsigned int ms = static_cast<unsigned int>(give_up_after.count());
-    ::setsockopt(socket_.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
-  }
-  heartbeat_loop(interval);
-}
-
-void RendezvousClient::heartbeat_loop(Duration interval) {
-  auto self = shared_from_this();
-  heartbeat_timer_.expires_after(interval);
-  heartbeat_timer_.async_wait([self, interval](const boost::system::error_code& ec) {
-    if (ec || self->closed_) return;
-    self->send(heartbeat_message());
-    self->heartbeat_loop(interval);
+    self->read_more(c);
   });
 }
 
 void RendezvousClient::close() {
   if (closed_) return;
   closed_ = true;
-  boost::system::error_code ignored;
   retry_timer_.cancel();
-  heartbeat_timer_.cancel();
+  attempt_timer_.cancel();
   resolver_.cancel();
-  socket_.close(ignored);
+  if (conn_) {
+    conn_->done = true;
+    boost::system::error_code ignored;
+    conn_->socket.close(ignored);
+  }
 }
 
 }  // namespace muster::rendezvous

@@ -51,19 +51,58 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     out.push_back(out::Reject{member, st.code(), st.message()});
     return out;
   }
-  // An agent that reconnects under the same name replaces its old self.
   if (auto named = by_name_.find(request.node_name); named != by_name_.end() && named->second != member) {
-    auto more = drop(named->second, now, "reconnected as a new member");
-    out.insert(out.end(), more.begin(), more.end());
+    // The name is an agent's identity: while its member is connected, a
+    // second join under it is an impostor or a misconfiguration, never a
+    // replacement. A member whose connection broke takes its place back.
+    if (members_.at(named->second).connected) {
+      out.push_back(out::Reject{member, Code::already_exists,
+                                "node " + request.node_name +
+                                    " is already a member of this job on another connection; every agent needs its "
+                                    "own identity (an agent picks one at start)"});
+      note(out, "refused a second join as node " + request.node_name + ": that member is connected", true);
+      return out;
+    }
+    rebind(named->second, member);
+    note(out, "node " + request.node_name + " reconnected");
   }
-  if (state_ == State::closed) return out;
+  auto known = members_.find(member);
+  if (request.resume) {
+    if (known != members_.end()) {
+      known->second.last_seen = now;
+      return resume(member, *request.resume, now);
+    }
+    return recover(member, request, now);
+  }
+  // A recovering core learns from a plain join that the round it rebuilds
+  // had already ended (the joiner was told to re-form before the restart).
+  if (recovering_ && request.known_round > round_) {
+    round_ = request.known_round - 1;
+    restart_count_ = std::max(restart_count_, request.known_restart_count);
+    end_recovery();
+    restart_round(out, false, "node " + request.node_name + " was already re-forming the job", now);
+  }
+  if (!history_) {
+    round_ = std::max(round_, request.known_round);
+    restart_count_ = std::max(restart_count_, request.known_restart_count);
+  }
+  // A member that joins again while it holds a place in the running round
+  // has given that place up (it stopped its workers): the round re-forms.
+  if (known != members_.end() && state_ == State::running &&
+      std::find(ranked_.begin(), ranked_.end(), member) != ranked_.end()) {
+    ranked_.erase(std::remove(ranked_.begin(), ranked_.end(), member), ranked_.end());
+    participants_.erase(member);
+    waiting_.insert(member);
+    restart_round(out, false, "node " + request.node_name + " joined again", now);
+  }
   auto& m = members_[member];
-  if (!m.request.node_name.empty() && m.request.node_name != request.node_name) by_name_.erase(m.request.node_name);
-  by_name_[request.node_name] = member;
   m.request = request;
+  m.request.resume.reset();
   m.last_seen = now;
   m.join_deadline = saturating_add(now, settings_.join_timeout);
   m.done = false;
+  m.connected = true;
+  by_name_[request.node_name] = member;
 
   const auto max = static_cast<std::size_t>(settings_.max_nodes);
   const auto min = static_cast<std::size_t>(settings_.min_nodes);
@@ -71,25 +110,177 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     if (participants_.count(member) || participants_.size() < max) {
       participants_.insert(member);
       waiting_.erase(member);
+      note(out, "node " + request.node_name + " joined round " + std::to_string(round_) + ": " +
+                    std::to_string(participants_.size()) + " of " + std::to_string(settings_.min_nodes) + ".." +
+                    std::to_string(settings_.max_nodes) + " nodes");
       if (participants_.size() >= min) last_call_ = saturating_add(now, settings_.last_call_timeout);
       if (participants_.size() == max) complete_round(out);
     } else {
       waiting_.insert(member);
+      note(out, "node " + request.node_name + " waits: round " + std::to_string(round_) + " is full (" +
+                    std::to_string(settings_.max_nodes) + " nodes)");
     }
     return out;
   }
   // Running: a newcomer below max nodes is admitted by a new round.
   waiting_.insert(member);
-  if (ranked_.size() < max) {
+  note(out, "node " + request.node_name + " waits to join the running round " + std::to_string(round_));
+  if (!recovering_ && ranked_.size() < max) {
     restart_round(out, false, "node " + request.node_name + " is waiting to join", now);
   }
   return out;
+}
+
+void Rendezvous::rebind(MemberId from, MemberId to) {
+  auto node = members_.extract(from);
+  node.key() = to;
+  node.mapped().connected = true;
+  members_.insert(std::move(node));
+  by_name_[members_.at(to).request.node_name] = to;
+  auto swap_in = [&](std::set<MemberId>& set) {
+    if (set.erase(from)) set.insert(to);
+  };
+  swap_in(participants_);
+  swap_in(waiting_);
+  std::replace(ranked_.begin(), ranked_.end(), from, to);
+  if (auto a = assigned_.extract(from)) {
+    a.key() = to;
+    a.mapped().member = to;
+    assigned_.insert(std::move(a));
+  }
+  for (auto& [rank, id] : slots_) {
+    if (id == from) id = to;
+  }
+}
+
+// A known member reconnected and says where it was.
+std::vector<Output> Rendezvous::resume(MemberId member, const Resume& r, TimePoint now) {
+  std::vector<Output> out;
+  bool placed = state_ == State::running && std::find(ranked_.begin(), ranked_.end(), member) != ranked_.end();
+  if (placed && r.round == round_) {
+    out.push_back(out::Resumed{member, round_});
+    apply_outcome(member, r, now, out);
+    return out;
+  }
+  // Its round is over (the order to re-form was lost with the connection).
+  out.push_back(out::Restart{member, round_, false,
+                             "round " + std::to_string(r.round) + " ended while this node was disconnected"});
+  return out;
+}
+
+void Rendezvous::apply_outcome(MemberId member, const Resume& r, TimePoint now, std::vector<Output>& out) {
+  std::vector<Output> more;
+  if (r.outcome == Resume::Outcome::succeeded) more = workers_succeeded(member, r.round, now);
+  if (r.outcome == Resume::Outcome::failed && r.failure) more = workers_failed(member, r.round, *r.failure, now);
+  out.insert(out.end(), more.begin(), more.end());
+}
+
+// An unknown member resumes a round: a core without a history (a restarted
+// server) rebuilds the round from such members; anyone else was dropped.
+std::vector<Output> Rendezvous::recover(MemberId member, const JoinRequest& request, TimePoint now) {
+  std::vector<Output> out;
+  const Resume& r = *request.resume;
+  auto fence = [&](const std::string& why) {
+    out.push_back(out::Fenced{member, why});
+    note(out, "fenced node " + request.node_name + ": " + why, true);
+    return out;
+  };
+  bool fresh = !history_ && state_ == State::forming && participants_.empty() && waiting_.empty() && r.round >= round_;
+  if (!fresh && !recovering_) {
+    return fence("it is no longer a member of round " + std::to_string(r.round) + " (the job is at round " +
+                 std::to_string(round_) + ")");
+  }
+  if (recovering_ && (r.round != round_ || r.group_world_size != recovering_world_)) {
+    return fence("it resumes round " + std::to_string(r.round) + " of " + std::to_string(r.group_world_size) +
+                 " nodes, but round " + std::to_string(round_) + " of " + std::to_string(recovering_world_) +
+                 " nodes is being rebuilt");
+  }
+  if (r.group_rank >= r.group_world_size || slots_.count(r.group_rank) ||
+      (settings_.static_ranks && request.node_rank != r.group_rank)) {
+    return fence("its group rank " + std::to_string(r.group_rank) + " is taken or out of range");
+  }
+  if (r.group_world_size > settings_.max_nodes) return fence("its round has more nodes than max_nodes");
+  if (!recovering_) {
+    recovering_ = true;
+    history_ = true;
+    state_ = State::running;
+    round_ = r.round;
+    recovering_world_ = r.group_world_size;
+    recovery_deadline_ = saturating_add(now, settings_.dead_after());
+    note(out, "rebuilding round " + std::to_string(round_) + " of " + std::to_string(recovering_world_) +
+                  " nodes from the members that reconnect");
+  }
+  restart_count_ = std::max(restart_count_, r.restart_count);
+  auto& m = members_[member];
+  m.request = request;
+  m.request.resume.reset();
+  m.last_seen = now;
+  m.join_deadline = saturating_add(now, settings_.join_timeout);
+  m.connected = true;
+  by_name_[request.node_name] = member;
+  participants_.insert(member);
+  slots_[r.group_rank] = member;
+  assigned_[member] = out::Assign{member,         r.round,       r.restart_count, r.group_rank,
+                                  r.group_world_size, r.ranks, r.master_addr, r.master_port};
+  ranked_.clear();
+  for (const auto& [rank, id] : slots_) ranked_.push_back(id);
+  note(out, "node " + request.node_name + " resumed round " + std::to_string(round_) + " as group rank " +
+                std::to_string(r.group_rank) + " (" + std::to_string(slots_.size()) + " of " +
+                std::to_string(recovering_world_) + ")");
+  // How its workers ended while the server was away counts as it would have.
+  apply_outcome(member, r, now, out);
+  if (!recovering_ || static_cast<int>(slots_.size()) < recovering_world_) return out;
+  // Every member is back: the round runs as if nothing had happened.
+  end_recovery();
+  note(out, "round " + std::to_string(round_) + " rebuilt: " + world_text());
+  for (MemberId id : ranked_) out.push_back(out::Resumed{id, round_});
+  if (maybe_succeed(out)) return out;
+  if (!waiting_.empty() && ranked_.size() < static_cast<std::size_t>(settings_.max_nodes)) {
+    restart_round(out, false, "a node is waiting to join", now);
+  }
+  return out;
+}
+
+void Rendezvous::end_recovery() {
+  recovering_ = false;
+  recovering_world_ = 0;
+  slots_.clear();
 }
 
 std::vector<Output> Rendezvous::heartbeat(MemberId member, TimePoint now) {
   auto it = members_.find(member);
   if (it != members_.end()) it->second.last_seen = now;
   return {};
+}
+
+std::optional<out::Waiting> Rendezvous::progress(MemberId member, TimePoint now) const {
+  auto it = members_.find(member);
+  if (it == members_.end() || state_ == State::closed) return std::nullopt;
+  bool pending = waiting_.count(member) || (state_ == State::forming && participants_.count(member));
+  if (!pending) return std::nullopt;
+  auto left = it->second.join_deadline > now
+                  ? std::chrono::duration_cast<Duration>(it->second.join_deadline - now)
+                  : Duration(0);
+  return out::Waiting{member,
+                      round_,
+                      static_cast<int>(state_ == State::forming ? participants_.size() : ranked_.size()),
+                      static_cast<int>(waiting_.size()),
+                      settings_.min_nodes,
+                      settings_.max_nodes,
+                      left};
+}
+
+void Rendezvous::note(std::vector<Output>& out, std::string text, bool warning) const {
+  out.push_back(out::Log{0, warning, std::move(text)});
+}
+
+std::string Rendezvous::world_text() const {
+  int world = 0;
+  for (MemberId id : ranked_) {
+    if (auto it = assigned_.find(id); it != assigned_.end()) world = it->second.ranks.global_world_size;
+  }
+  return std::to_string(ranked_.size()) + " nodes, world size " + std::to_string(world) + ", restart count " +
+         std::to_string(restart_count_);
 }
 
 std::vector<MemberId> Rendezvous::rank_order() const {
@@ -111,25 +302,36 @@ void Rendezvous::complete_round(std::vector<Output>& out) {
   }
   auto ranks = assign_worker_ranks(slots);
   const auto& master = members_.at(ranked_.front()).request;
+  assigned_.clear();
   for (std::size_t i = 0; i < ranked_.size(); ++i) {
     members_.at(ranked_[i]).done = false;
-    out.push_back(out::Assign{ranked_[i], round_, restart_count_, static_cast<int>(i),
-                              static_cast<int>(ranked_.size()), ranks[i], master.address, master.store_port});
+    out::Assign a{ranked_[i], round_, restart_count_, static_cast<int>(i),
+                  static_cast<int>(ranked_.size()), ranks[i], master.address, master.store_port};
+    assigned_[ranked_[i]] = a;
+    out.push_back(a);
   }
   state_ = State::running;
+  history_ = true;
   last_call_.reset();
   lost_.clear();
+  note(out, "round " + std::to_string(round_) + " complete: " + world_text());
 }
 
 void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std::string& reason, TimePoint now) {
+  note(out, "round " + std::to_string(round_) + " ends: " + reason +
+                (counts ? " (restart " + std::to_string(restart_count_ + 1) + " of " +
+                              std::to_string(settings_.max_restarts) + ")"
+                        : ""));
   ++round_;
   if (counts) ++restart_count_;
+  end_recovery();
   // Everyone gets a full join_timeout for the new round.
   for (auto& [id, m] : members_) m.join_deadline = saturating_add(now, settings_.join_timeout);
   for (MemberId id : ranked_) {
     if (members_.count(id)) out.push_back(out::Restart{id, round_, counts, reason});
   }
   ranked_.clear();
+  assigned_.clear();
   participants_.clear();
   last_call_.reset();
   state_ = State::forming;
@@ -143,15 +345,18 @@ void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std:
 
 void Rendezvous::close_failed(std::vector<Output>& out, const FailureInfo& root, MemberId failed) {
   state_ = State::closed;
+  end_recovery();
   std::string node = members_.count(failed) ? members_.at(failed).request.node_name : "?";
   std::string msg = "the workers of node " + node + " failed with no restarts left (rank " +
                     std::to_string(root.global_rank) + ", exit code " + std::to_string(root.exitcode) + ")";
   for (const auto& [id, m] : members_) out.push_back(out::Finished{id, false, root, msg});
+  note(out, "job failed: " + msg, true);
   members_.clear();
   by_name_.clear();
   participants_.clear();
   waiting_.clear();
   ranked_.clear();
+  assigned_.clear();
 }
 
 std::vector<Output> Rendezvous::workers_failed(MemberId member, int round, const FailureInfo& failure, TimePoint now) {
@@ -181,8 +386,15 @@ std::vector<Output> Rendezvous::workers_succeeded(MemberId member, int round, Ti
   auto it = members_.find(member);
   if (it == members_.end() || std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) return out;
   it->second.done = true;
+  maybe_succeed(out);
+  return out;
+}
+
+// The job succeeds once every node of the running round reported success.
+bool Rendezvous::maybe_succeed(std::vector<Output>& out) {
+  if (state_ != State::running || recovering_ || ranked_.empty()) return false;
   for (MemberId id : ranked_) {
-    if (!members_.at(id).done) return out;
+    if (!members_.at(id).done) return false;
   }
   succeeded_ = true;
   state_ = State::closed;
@@ -191,24 +403,38 @@ std::vector<Output> Rendezvous::workers_succeeded(MemberId member, int round, Ti
     if (ran) out.push_back(out::Finished{id, true, std::nullopt, "every node's workers succeeded"});
     else out.push_back(out::Reject{id, Code::closed, "the job finished before this node could join"});
   }
+  note(out, "job finished: every node's workers succeeded in round " + std::to_string(round_));
   members_.clear();
   by_name_.clear();
   participants_.clear();
   waiting_.clear();
-  return out;
+  assigned_.clear();
+  return true;
 }
 
 std::vector<Output> Rendezvous::leave(MemberId member, TimePoint now) { return drop(member, now, "left the job"); }
 
-std::vector<Output> Rendezvous::drop(MemberId member, TimePoint now, const std::string& why) {
+void Rendezvous::disconnected(MemberId member) {
+  if (auto it = members_.find(member); it != members_.end()) it->second.connected = false;
+}
+
+std::vector<Output> Rendezvous::drop(MemberId member, TimePoint now, const std::string& why, bool fence) {
   std::vector<Output> out;
   auto it = members_.find(member);
   if (it == members_.end()) return out;
   std::string name = it->second.request.node_name;
+  // Told, if its connection still works, so it stops workers of a world
+  // that goes on without it.
+  if (fence) out.push_back(out::Fenced{member, "this node " + why + " and was dropped from the job"});
+  note(out, "lost node " + name + ": it " + why, true);
   by_name_.erase(name);
   members_.erase(it);
   waiting_.erase(member);
   participants_.erase(member);
+  assigned_.erase(member);
+  for (auto s = slots_.begin(); s != slots_.end();) {
+    s = s->second == member ? slots_.erase(s) : std::next(s);
+  }
   lost_.insert(name);
   if (state_ == State::running && std::find(ranked_.begin(), ranked_.end(), member) != ranked_.end()) {
     ranked_.erase(std::remove(ranked_.begin(), ranked_.end(), member), ranked_.end());
@@ -227,7 +453,7 @@ void Rendezvous::remove_dead(TimePoint now, std::vector<Output>& out) {
     if (now >= saturating_add(m.last_seen, settings_.dead_after())) dead.push_back(id);
   }
   for (MemberId id : dead) {
-    auto more = drop(id, now, "stopped answering for " + seconds_text(settings_.dead_after()));
+    auto more = drop(id, now, "stopped answering for " + seconds_text(settings_.dead_after()), true);
     out.insert(out.end(), more.begin(), more.end());
   }
 }
@@ -247,6 +473,13 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
   if (state_ == State::closed) return out;
   remove_dead(now, out);
   if (state_ == State::closed) return out;
+  if (recovering_ && now >= recovery_deadline_) {
+    restart_round(out, false,
+                  std::to_string(recovering_world_ - static_cast<int>(slots_.size())) + " of " +
+                      std::to_string(recovering_world_) + " nodes did not come back within " +
+                      seconds_text(settings_.dead_after()) + " after the rendezvous restarted",
+                  now);
+  }
   const auto min = static_cast<std::size_t>(settings_.min_nodes);
   if (state_ == State::forming && last_call_ && now >= *last_call_ && participants_.size() >= min &&
       !settings_.static_ranks) {
@@ -268,6 +501,7 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
       waiting_.erase(id);
       participants_.erase(id);
     }
+    note(out, std::to_string(expired.size()) + " nodes gave up: " + why, true);
     if (state_ == State::forming && participants_.size() < min) last_call_.reset();
   }
   return out;
@@ -284,6 +518,7 @@ std::optional<TimePoint> Rendezvous::next_deadline() const {
     if (!next || t < *next) next = t;
   };
   if (state_ == State::forming && last_call_ && !settings_.static_ranks) consider(*last_call_);
+  if (recovering_) consider(recovery_deadline_);
   for (const auto& [id, m] : members_) {
     consider(saturating_add(m.last_seen, settings_.dead_after()));
     bool pending = waiting_.count(id) || state_ == State::forming;

@@ -205,6 +205,25 @@ json to_json(const JoinMessage& m) {
             {"store_port", m.request.store_port},
             {"is_host", m.request.is_host}};
   if (m.request.node_rank) r["node_rank"] = *m.request.node_rank;
+  if (m.request.known_round > 0) r["known_round"] = m.request.known_round;
+  if (m.request.known_restart_count > 0) r["known_restart_count"] = m.request.known_restart_count;
+  if (const auto& res = m.request.resume) {
+    json x = {{"round", res->round},
+              {"restart_count", res->restart_count},
+              {"group_rank", res->group_rank},
+              {"group_world_size", res->group_world_size},
+              {"base_global_rank", res->ranks.base_global_rank},
+              {"global_world_size", res->ranks.global_world_size},
+              {"base_role_rank", res->ranks.base_role_rank},
+              {"role_world_size", res->ranks.role_world_size},
+              {"master_addr", res->master_addr},
+              {"master_port", res->master_port},
+              {"outcome", res->outcome == Resume::Outcome::running     ? "running"
+                          : res->outcome == Resume::Outcome::succeeded ? "succeeded"
+                                                                       : "failed"}};
+    if (res->failure) x["failure"] = to_json(*res->failure);
+    r["resume"] = std::move(x);
+  }
   const auto& s = m.settings;
   r["settings"] = {{"min_nodes", s.min_nodes},
                    {"max_nodes", s.max_nodes},
@@ -230,8 +249,44 @@ Result<JoinMessage> join_from_json(const json& j) {
   f.boolean("is_host", m.request.is_host, false);
   int node_rank = 0;
   if (f.integer("node_rank", 0, kMaxNodes - 1, node_rank, false)) m.request.node_rank = node_rank;
+  f.integer("known_round", 0, kMaxInt, m.request.known_round, false);
+  f.integer("known_restart_count", 0, kMaxInt, m.request.known_restart_count, false);
+  const json* resume = f.object("resume", false);
   const json* settings = f.object("settings");
   if (!f.ok()) return f.status();
+  if (resume != nullptr) {
+    Resume r;
+    std::string outcome;
+    Fields g(*resume, "join resume");
+    g.integer("round", 0, kMaxInt, r.round);
+    g.integer("restart_count", 0, kMaxInt, r.restart_count);
+    g.integer("group_rank", 0, kMaxNodes - 1, r.group_rank);
+    g.integer("group_world_size", 1, kMaxNodes, r.group_world_size);
+    g.integer("base_global_rank", 0, kMaxInt, r.ranks.base_global_rank);
+    g.integer("global_world_size", 1, kMaxInt, r.ranks.global_world_size);
+    g.integer("base_role_rank", 0, kMaxInt, r.ranks.base_role_rank);
+    g.integer("role_world_size", 1, kMaxInt, r.ranks.role_world_size);
+    g.string("master_addr", kMaxNameLength, r.master_addr);
+    g.integer("master_port", 0, 65535, r.master_port);
+    g.string("outcome", kMaxNameLength, outcome);
+    const json* failure = g.object("failure", false);
+    if (!g.ok()) return g.status();
+    if (outcome == "running") r.outcome = Resume::Outcome::running;
+    else if (outcome == "succeeded") r.outcome = Resume::Outcome::succeeded;
+    else if (outcome == "failed") r.outcome = Resume::Outcome::failed;
+    else return invalid_argument("join resume: \"outcome\" must be running, succeeded or failed, got '" +
+                                 log_excerpt(outcome, 40) + "'");
+    if (r.group_rank >= r.group_world_size || r.ranks.base_global_rank >= r.ranks.global_world_size) {
+      return invalid_argument("join resume: the ranks lie outside the world");
+    }
+    if (r.outcome == Resume::Outcome::failed) {
+      if (failure == nullptr) return invalid_argument("join resume: \"failure\" is missing for outcome failed");
+      auto decoded = failure_from_json(*failure);
+      if (!decoded.ok()) return decoded.status();
+      r.failure = std::move(decoded).value();
+    }
+    m.request.resume = std::move(r);
+  }
   if (m.job.empty()) return invalid_argument("a join needs \"job\" (the rdzv_id)");
   if (m.request.node_name.empty()) return invalid_argument("a join needs \"node\", a name for the node");
 
@@ -262,7 +317,27 @@ json to_json(const WorkersSucceededMessage& m) {
   return {{"type", "workers_succeeded"}, {"v", kProtocolVersion}, {"round", m.round}};
 }
 
-json heartbeat_message() { return {{"type", "heartbeat"}, {"v", kProtocolVersion}}; }
+json heartbeat_message(const HeartbeatMessage& m) {
+  json j = {{"type", "heartbeat"}, {"v", kProtocolVersion}};
+  if (m.seq) j["seq"] = *m.seq;
+  if (m.progress) j["progress"] = true;
+  return j;
+}
+
+Result<HeartbeatMessage> heartbeat_from_json(const json& j) {
+  HeartbeatMessage m;
+  long long seq = 0;
+  Fields f(j, "heartbeat");
+  if (f.integer("seq", 0, std::numeric_limits<long long>::max(), seq, false)) m.seq = static_cast<uint64_t>(seq);
+  f.boolean("progress", m.progress, false);
+  if (!f.ok()) return f.status();
+  return m;
+}
+
+json heartbeat_ack_message(uint64_t seq) {
+  return {{"type", "heartbeat_ack"}, {"v", kProtocolVersion}, {"seq", seq}};
+}
+
 json leave_message() { return {{"type", "leave"}, {"v", kProtocolVersion}}; }
 
 Result<WorkersFailedMessage> workers_failed_from_json(const json& j) {
@@ -286,8 +361,10 @@ Result<WorkersSucceededMessage> workers_succeeded_from_json(const json& j) {
 }
 
 json to_json(const FailureInfo& f) {
-  return {{"global_rank", f.global_rank}, {"local_rank", f.local_rank}, {"exitcode", f.exitcode},
-          {"host", f.host},               {"message", f.message},       {"timestamp", f.timestamp}};
+  json j = {{"global_rank", f.global_rank}, {"local_rank", f.local_rank}, {"exitcode", f.exitcode},
+            {"host", f.host},               {"message", f.message},       {"timestamp", f.timestamp}};
+  if (f.pid > 0) j["pid"] = f.pid;
+  return j;
 }
 
 Result<FailureInfo> failure_from_json(const json& j) {
@@ -297,6 +374,7 @@ Result<FailureInfo> failure_from_json(const json& j) {
   f.integer("local_rank", 0, kMaxLocalWorldSize - 1, info.local_rank);
   f.integer("exitcode", kMinInt, kMaxInt, info.exitcode);
   f.string("host", kMaxNameLength, info.host);
+  f.integer("pid", 0, kMaxInt, info.pid, false);
   f.string("message", kMaxTextLength, info.message);
   f.integer("timestamp", 0, std::numeric_limits<long long>::max(), info.timestamp);
   if (!f.ok()) return f.status();
@@ -327,6 +405,26 @@ json to_json(const Output& o) {
   }
   if (const auto* r = std::get_if<out::Reject>(&o)) {
     return {{"type", "reject"}, {"v", kProtocolVersion}, {"code", code_name(r->code)}, {"message", r->message}};
+  }
+  if (const auto* f = std::get_if<out::Fenced>(&o)) {
+    return {{"type", "fenced"}, {"v", kProtocolVersion}, {"reason", f->reason}};
+  }
+  if (const auto* r = std::get_if<out::Resumed>(&o)) {
+    return {{"type", "resumed"}, {"v", kProtocolVersion}, {"round", r->round}};
+  }
+  if (const auto* w = std::get_if<out::Waiting>(&o)) {
+    return {{"type", "waiting"},
+            {"v", kProtocolVersion},
+            {"round", w->round},
+            {"joined", w->joined},
+            {"waiting", w->waiting},
+            {"min_nodes", w->min_nodes},
+            {"max_nodes", w->max_nodes},
+            {"join_timeout_left_ms", w->join_timeout_left.count()}};
+  }
+  if (const auto* l = std::get_if<out::Log>(&o)) {
+    // Never sent: the server logs these.
+    return {{"type", "log"}, {"v", kProtocolVersion}, {"message", l->text}};
   }
   const auto& f = std::get<out::Finished>(o);
   json j = {{"type", "finished"}, {"v", kProtocolVersion}, {"success", f.success}, {"message", f.message}};
@@ -409,6 +507,43 @@ Result<ServerMessage> server_message_from_json(const json& j) {
       fin.root_cause = std::move(decoded).value();
     }
     return ServerMessage(fin);
+  }
+  if (type == "heartbeat_ack") {
+    HeartbeatAck x;
+    long long seq = 0;
+    Fields f(j, "heartbeat_ack");
+    f.integer("seq", 0, std::numeric_limits<long long>::max(), seq);
+    if (!f.ok()) return f.status();
+    x.seq = static_cast<uint64_t>(seq);
+    return ServerMessage(x);
+  }
+  if (type == "fenced") {
+    out::Fenced x;
+    Fields f(j, "fenced");
+    f.string("reason", kMaxTextLength, x.reason);
+    if (!f.ok()) return f.status();
+    return ServerMessage(x);
+  }
+  if (type == "resumed") {
+    out::Resumed x;
+    Fields f(j, "resumed");
+    f.integer("round", 0, kMaxInt, x.round);
+    if (!f.ok()) return f.status();
+    return ServerMessage(x);
+  }
+  if (type == "waiting") {
+    out::Waiting x;
+    long long left = 0;
+    Fields f(j, "waiting");
+    f.integer("round", 0, kMaxInt, x.round);
+    f.integer("joined", 0, kMaxNodes, x.joined);
+    f.integer("waiting", 0, kMaxInt, x.waiting);
+    f.integer("min_nodes", 1, kMaxNodes, x.min_nodes);
+    f.integer("max_nodes", 1, kMaxNodes, x.max_nodes);
+    f.integer("join_timeout_left_ms", 0, kMaxTimeoutMs, left);
+    if (!f.ok()) return f.status();
+    x.join_timeout_left = Duration(left);
+    return ServerMessage(x);
   }
   return invalid_argument("unknown message type '" + log_excerpt(type, 64) + "' from the rendezvous");
 }

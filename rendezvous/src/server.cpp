@@ -192,6 +192,12 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
     const json& msg = parsed.value();
     const std::string& type = msg["type"].get_ref<const std::string&>();
     if (type == "join") return handle_join(s, msg);
+    // A member the job let go of (fenced, finished) may still heartbeat or
+    // report on its old round before it reads why: that is no error.
+    if (s.job == nullptr && s.joined_ &&
+        (type == "heartbeat" || type == "leave" || type == "workers_failed" || type == "workers_succeeded")) {
+      return;
+    }
     if (s.job == nullptr) {
       return s.fail(Code::invalid_argument,
                     "'" + log_excerpt(type, 64) + "' before 'join': a connection starts with a join");
@@ -199,7 +205,13 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
     std::shared_ptr<Job> job = s.job;  // holds the job while it is worked on
     auto now = Clock::now();
     if (type == "heartbeat") {
+      auto beat = heartbeat_from_json(msg);
+      if (!beat.ok()) return s.fail(Code::invalid_argument, beat.status().message());
       job->rdzv.heartbeat(s.id(), now);
+      if (beat->seq) s.send(heartbeat_ack_message(*beat->seq));
+      if (beat->progress) {
+        if (auto p = job->rdzv.progress(s.id(), now)) s.send(to_json(Output(*p)));
+      }
     } else if (type == "workers_failed") {
       auto m = workers_failed_from_json(msg);
       if (!m.ok()) return s.fail(Code::invalid_argument, m.status().message());
@@ -247,6 +259,11 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
     if (it != jobs_.end()) {
       job = it->second;
     } else if (auto t = tombstones_.find(m.job); t != tombstones_.end()) {
+      // A member that resumes with its workers done learns how the job ended
+      // (its `finished` was lost with the connection).
+      if (t->second.success && m.request.resume && m.request.resume->outcome == Resume::Outcome::succeeded) {
+        return s.send(to_json(Output(out::Finished{s.id(), true, std::nullopt, "every node's workers succeeded"})));
+      }
       return reject(Code::closed, t->second.success
                                       ? "the job has finished; start a new one with a new --rdzv-id"
                                       : "the job has failed and its rendezvous is closed; start a new one with a "
@@ -281,11 +298,18 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
 
 void RendezvousServer::deliver(Job& job, const std::vector<Output>& outputs) {
   for (const auto& o : outputs) {
+    if (const auto* l = std::get_if<out::Log>(&o)) {
+      std::string line = "rendezvous: job '" + log_excerpt(job.id, 64) + "': " + log_excerpt(l->text, 2000);
+      if (l->warning) log::warning(line);
+      else log::info(line);
+      continue;
+    }
     MemberId member = std::visit([](const auto& x) { return x.member; }, o);
     auto it = sessions_.find(member);
     if (it == sessions_.end()) continue;
     it->second->send(to_json(o));
-    if (std::holds_alternative<out::Reject>(o) || std::holds_alternative<out::Finished>(o)) {
+    if (std::holds_alternative<out::Reject>(o) || std::holds_alternative<out::Finished>(o) ||
+        std::holds_alternative<out::Fenced>(o)) {
       // The member is no longer part of the job; it may join another round of
       // a new job on the same connection.
       if (it->second->job.get() == &job) it->second->job.reset();
@@ -369,10 +393,11 @@ void RendezvousServer::arm(Job& job, TimePoint at) {
 void RendezvousServer::gone(Session& s) {
   MemberId id = s.id();
   if (auto job = std::move(s.job)) {
+    // Not a departure: the member keeps its place until it has been silent
+    // for the dead-after window, so a reconnect can resume it.
     s.job.reset();
-    deliver(*job, job->rdzv.leave(id, Clock::now()));
+    job->rdzv.disconnected(id);
     rearm(*job);
-    retire_if_closed(*job);
   }
   if (auto it = per_peer_.find(s.peer_address()); it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);
   // Closed now, not when the last handler holding the session lets go (the

@@ -146,23 +146,25 @@ TEST_CASE("coordinated: workers start on assignment, a failure is reported, the 
   CHECK(has<action::ReportFailure>(fail));
   CHECK(has<action::SignalWorkers>(fail));
   auto stopped = core.on_worker_exit(1, sig(SIGTERM));
-  CHECK(has<action::WorkersStopped>(stopped));
+  CHECK(has<action::CancelShutdownTimer>(stopped));
   CHECK_FALSE(has<action::StartWorkers>(stopped));  // no local restart
+  CHECK_FALSE(has<action::Rejoin>(stopped));        // the rendezvous decides
+  CHECK(finish_code(stopped) == -1);
   CHECK(core.phase() == Phase::waiting);
   CHECK(has<action::StartWorkers>(core.on_assignment(4)));
   CHECK(core.restart_count() == 4);
 }
 
-TEST_CASE("coordinated: a stop order stops the workers, then the job may finish", "[core]") {
+TEST_CASE("coordinated: a finish order stops the workers, then the job finishes with its code", "[core]") {
   AgentCore core(2, 0, true);
   core.on_assignment(0);
-  auto order = core.on_stop_order();
+  auto order = core.on_finish_order(1);
   CHECK(has<action::SignalWorkers>(order));
-  core.on_worker_exit(0, sig(SIGTERM));
-  CHECK(has<action::WorkersStopped>(core.on_worker_exit(1, sig(SIGTERM))));
+  CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == -1);
+  CHECK(finish_code(core.on_worker_exit(1, sig(SIGTERM))) == 1);
   CHECK(core.failures().size() == 2);
   CHECK(core.failures()[0].stopped_by_agent);
-  CHECK(finish_code(core.on_job_finished(1)) == 1);
+  CHECK(core.stop_reason() == StopReason::ordered);
 }
 
 TEST_CASE("coordinated: local success is reported and waits for the job's end", "[core]") {
@@ -171,8 +173,7 @@ TEST_CASE("coordinated: local success is reported and waits for the job's end", 
   auto done = core.on_worker_exit(0, ok());
   CHECK(has<action::ReportSuccess>(done));
   CHECK(finish_code(done) == -1);
-  CHECK(has<action::WorkersStopped>(core.on_stop_order()));
-  CHECK(finish_code(core.on_job_finished(0)) == 0);
+  CHECK(finish_code(core.on_finish_order(0)) == 0);
 }
 
 TEST_CASE("coordinated: a signal still ends the run with 1", "[core]") {
@@ -180,4 +181,94 @@ TEST_CASE("coordinated: a signal still ends the run with 1", "[core]") {
   core.on_assignment(0);
   core.on_signal(SIGTERM);
   CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == 1);
+}
+
+TEST_CASE("coordinated: a restart order stops the workers, then rejoins", "[core][membership]") {
+  AgentCore core(2, 0, true);
+  core.on_assignment(0);
+  CHECK(has<action::SignalWorkers>(core.on_restart_order()));
+  CHECK_FALSE(has<action::Rejoin>(core.on_worker_exit(0, sig(SIGTERM))));
+  auto down = core.on_worker_exit(1, sig(SIGTERM));
+  REQUIRE(has<action::Rejoin>(down));
+  CHECK_FALSE(std::get<action::Rejoin>(down.back()).fenced);
+  CHECK(core.phase() == Phase::waiting);
+  CHECK(has<action::StartWorkers>(core.on_assignment(0)));
+}
+
+TEST_CASE("coordinated: an order that comes while the workers are down is followed at once", "[core][membership]") {
+  AgentCore core(1, 0, true);
+  core.on_assignment(0);
+  core.on_worker_exit(0, code(1));  // reported; waiting for the rendezvous's word
+  CHECK(core.phase() == Phase::waiting);
+  CHECK(has<action::Rejoin>(core.on_restart_order()));
+  CHECK(finish_code(core.on_finish_order(1)) == 1);
+}
+
+TEST_CASE("coordinated: a fenced node stops its workers and rejoins as a newcomer", "[core][membership]") {
+  AgentCore core(2, 0, true);
+  core.on_assignment(0);
+  auto f = core.on_fenced();
+  CHECK(has<action::SignalWorkers>(f));
+  CHECK(core.stop_reason() == StopReason::fenced);
+  core.on_worker_exit(0, sig(SIGTERM));
+  auto down = core.on_worker_exit(1, sig(SIGTERM));
+  REQUIRE(has<action::Rejoin>(down));
+  CHECK(std::get<action::Rejoin>(down.back()).fenced);
+  CHECK(core.failures().size() == 2);
+  CHECK(core.failures()[0].stopped_by_agent);  // victims, not a root cause
+}
+
+TEST_CASE("coordinated: a finish order is not undone by a later restart order", "[core][membership]") {
+  AgentCore core(1, 0, true);
+  core.on_assignment(0);
+  core.on_finish_order(1);
+  CHECK(core.on_restart_order().empty());
+  CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == 1);
+}
+
+TEST_CASE("coordinated: losing the rendezvous stops the workers and finishes with 1", "[core][membership]") {
+  AgentCore core(1, 0, true);
+  core.on_assignment(0);
+  core.on_rendezvous_lost();
+  CHECK(core.stop_reason() == StopReason::lost);
+  CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == 1);
+  AgentCore idle(1, 0, true);
+  CHECK(finish_code(idle.on_rendezvous_lost()) == 1);  // never assigned: nothing to stop
+}
+
+TEST_CASE("coordinated: a signal is the root cause and no order changes that", "[core][membership]") {
+  AgentCore core(2, 0, true);
+  core.on_assignment(0);
+  core.on_signal(SIGTERM);
+  CHECK(core.on_restart_order().empty());
+  CHECK(core.on_fenced().empty());
+  CHECK(core.on_finish_order(0).empty());
+  core.on_worker_exit(0, code(42));  // hit by the same signal: a victim
+  CHECK(finish_code(core.on_worker_exit(1, sig(SIGTERM))) == 1);
+  CHECK(core.stop_reason() == StopReason::signal);
+  for (const auto& f : core.failures()) CHECK(f.stopped_by_agent);
+}
+
+TEST_CASE("the lease lapses dead_after past the send time of the latest acknowledged heartbeat", "[core][membership]") {
+  using namespace std::chrono_literals;
+  Lease lease(15s);
+  Lease::Clock::time_point t0{};
+  lease.renew(t0);
+  CHECK_FALSE(lease.lapsed(t0 + 14s));
+  CHECK(lease.lapsed(t0 + 15s));
+  lease.sent(1, t0 + 5s);
+  lease.sent(2, t0 + 10s);
+  CHECK(lease.lapsed(t0 + 15s));  // sent, never acknowledged: no renewal
+  lease.acked(1);
+  CHECK(lease.expires() == t0 + 20s);  // from the send time, not the ack's arrival
+  lease.acked(1);                      // a duplicate changes nothing
+  CHECK(lease.expires() == t0 + 20s);
+  lease.acked(2);
+  CHECK(lease.expires() == t0 + 25s);
+  lease.sent(3, t0 + 15s);
+  lease.sent(4, t0 + 20s);
+  lease.acked(4);  // 3's ack lost: 4's still renews
+  CHECK(lease.expires() == t0 + 35s);
+  CHECK_FALSE(lease.lapsed(t0 + 34s));
+  CHECK(lease.lapsed(t0 + 35s));
 }

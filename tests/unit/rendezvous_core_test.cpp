@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "muster/rendezvous/core.hpp"
@@ -26,7 +27,13 @@ struct Job {
     r.is_host = host;
     r.node_rank = rank;
     agents.insert(id);
-    return rdzv.join(id, r, now);
+    return quiet(rdzv.join(id, r, now));
+  }
+  // The outputs for members, without the host's log lines.
+  static std::vector<Output> quiet(std::vector<Output> outs) {
+    outs.erase(std::remove_if(outs.begin(), outs.end(), [](const Output& o) { return std::holds_alternative<out::Log>(o); }),
+               outs.end());
+    return outs;
   }
   std::vector<Output> advance(Duration d, std::set<MemberId> silent = {}) {
     std::vector<Output> out;
@@ -36,7 +43,7 @@ struct Job {
       for (MemberId id : agents) {
         if (!silent.count(id)) rdzv.heartbeat(id, now);
       }
-      auto more = rdzv.tick(now);
+      auto more = quiet(rdzv.tick(now));
       out.insert(out.end(), more.begin(), more.end());
     }
     return out;
@@ -265,13 +272,218 @@ TEST_CASE("a node that leaves a running job triggers a re-form", "[rdzv]") {
   CHECK(restarts[0].reason == "node n2 left the job");
 }
 
-TEST_CASE("an agent that reconnects under its name replaces its old member", "[rdzv]") {
+TEST_CASE("a second join under a connected member's name is refused, never a replacement", "[rdzv][membership]") {
   Job job(settings(2, 2));
   job.join(1, "n1");
-  job.join(7, "n1");
+  auto r = all<out::Reject>(job.join(7, "n1"));
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].member == 7);
+  CHECK(r[0].code == muster::Code::already_exists);
   CHECK(job.rdzv.participants() == 1);
   auto assigns = all<out::Assign>(job.join(2, "n2"));
-  CHECK(assigns.size() == 2);
+  REQUIRE(assigns.size() == 2);
+  CHECK(assign_of(assigns, 1).group_rank + assign_of(assigns, 2).group_rank == 1);  // member 1 kept its place
+  // Once running, an impostor under a running member's name changes nothing either.
+  auto later = job.join(8, "n1");
+  CHECK(all<out::Reject>(later).size() == 1);
+  CHECK(all<out::Restart>(later).empty());
+  CHECK(job.rdzv.state() == State::running);
+}
+
+namespace {
+JoinRequest resume_request(const std::string& name, const out::Assign& a,
+                           Resume::Outcome outcome = Resume::Outcome::running) {
+  JoinRequest r;
+  r.node_name = name;
+  r.address = name + ".cluster";
+  r.store_port = 40000;
+  Resume res;
+  res.round = a.round;
+  res.restart_count = a.restart_count;
+  res.group_rank = a.group_rank;
+  res.group_world_size = a.group_world_size;
+  res.ranks = a.ranks;
+  res.master_addr = a.master_addr;
+  res.master_port = a.master_port;
+  res.outcome = outcome;
+  if (outcome == Resume::Outcome::failed) res.failure = FailureInfo{a.ranks.base_global_rank, 0, 3, name, "boom", 1, 4242};
+  r.resume = res;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("a member whose connection broke resumes its place and nothing restarts", "[rdzv][membership]") {
+  Job job(settings(2, 2));
+  job.join(1, "n1");
+  auto assigns = all<out::Assign>(job.join(2, "n2"));
+  auto mine = assign_of(assigns, 2);
+  job.rdzv.disconnected(2);
+  CHECK(all<out::Restart>(job.advance(10s, {2})).empty());  // within dead-after: no re-form
+  job.agents.erase(2);
+  auto back = job.rdzv.join(9, resume_request("n2", mine), job.now);
+  job.agents.insert(9);
+  auto resumed = all<out::Resumed>(back);
+  REQUIRE(resumed.size() == 1);
+  CHECK(resumed[0].member == 9);
+  CHECK(resumed[0].round == 0);
+  CHECK(all<out::Restart>(back).empty());
+  CHECK(all<out::Restart>(job.advance(30s)).empty());
+  job.rdzv.workers_succeeded(1, 0, job.now);
+  auto done = all<out::Finished>(job.rdzv.workers_succeeded(9, 0, job.now));
+  CHECK(done.size() == 2);
+}
+
+TEST_CASE("a member silent past the window is fenced, and re-admitted when it joins again", "[rdzv][membership]") {
+  Job job(settings(2, 3));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  job.join(3, "n3");
+  job.advance(30s);  // last call
+  REQUIRE(job.rdzv.state() == State::running);
+  auto out = job.advance(16s, {3});  // n3 is paused: connected but silent
+  auto fenced = all<out::Fenced>(out);
+  REQUIRE(fenced.size() == 1);
+  CHECK(fenced[0].member == 3);
+  CHECK(fenced[0].reason.find("stopped answering") != std::string::npos);
+  CHECK(all<out::Restart>(out).size() == 2);
+  job.join(1, "n1");
+  job.join(2, "n2");
+  job.advance(30s, {3});
+  REQUIRE(job.rdzv.state() == State::running);  // re-formed with two
+  // Its heartbeat is ignored; its join (on the same connection) is a newcomer's.
+  CHECK(job.rdzv.heartbeat(3, job.now).empty());
+  auto again = job.join(3, "n3");
+  CHECK(all<out::Restart>(again).size() == 2);  // below max: a membership restart admits it
+  job.join(1, "n1");
+  job.join(2, "n2");
+  CHECK(job.rdzv.state() == State::running);
+  CHECK(job.rdzv.participants() == 3);
+}
+
+TEST_CASE("a known member resuming a round that already ended is told to re-form", "[rdzv][membership]") {
+  Job job(settings(1, 2, 1));
+  job.join(1, "n1");
+  auto assigns = all<out::Assign>(job.join(2, "n2"));
+  auto mine = assign_of(assigns, 2);
+  job.rdzv.disconnected(2);
+  job.rdzv.workers_failed(1, 0, FailureInfo{0, 0, 1, "n1", "x", 1, 1}, job.now);  // round 0 ends
+  auto back = job.rdzv.join(9, resume_request("n2", mine), job.now);
+  auto restarts = all<out::Restart>(back);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].member == 9);
+  CHECK(restarts[0].next_round == 1);
+}
+
+TEST_CASE("an unknown member resuming a job with a history of its own is fenced", "[rdzv][membership]") {
+  Job job(settings(1, 2));
+  auto assigns = all<out::Assign>(job.join(1, "n1"));
+  job.advance(31s);
+  out::Assign stale{0, 0, 0, 1, 2, {2, 4, 2, 4}, "x", 1};
+  auto out = job.rdzv.join(5, resume_request("ghost", stale), job.now);
+  auto fenced = all<out::Fenced>(out);
+  REQUIRE(fenced.size() == 1);
+  CHECK(fenced[0].member == 5);
+  CHECK(job.rdzv.members() == 1);
+}
+
+TEST_CASE("a restarted rendezvous rebuilds a running round from the members that resume", "[rdzv][membership]") {
+  // What the members had been told by the server that went away.
+  out::Assign a0{0, 3, 2, 0, 2, {0, 4, 0, 4}, "n1.cluster", 1234};
+  out::Assign a1{0, 3, 2, 1, 2, {2, 4, 2, 4}, "n1.cluster", 1234};
+  Job job(settings(2, 2, 5));
+  auto first = job.rdzv.join(1, resume_request("n1", a0), job.now);
+  job.agents.insert(1);
+  CHECK(all<out::Resumed>(first).empty());  // not until the round is whole
+  CHECK(job.rdzv.recovering());
+  auto second = job.rdzv.join(2, resume_request("n2", a1), job.now);
+  job.agents.insert(2);
+  auto resumed = all<out::Resumed>(second);
+  CHECK(resumed.size() == 2);
+  CHECK(all<out::Assign>(second).empty());  // nobody restarts
+  CHECK(job.rdzv.round() == 3);
+  CHECK(job.rdzv.restart_count() == 2);
+  CHECK(job.rdzv.state() == State::running);
+  CHECK_FALSE(job.rdzv.recovering());
+  // The budget goes on from where it was: a failure is restart 3.
+  auto restarts = all<out::Restart>(job.rdzv.workers_failed(1, 3, FailureInfo{0, 0, 1, "n1", "", 1, 7}, job.now));
+  REQUIRE(restarts.size() == 2);
+  CHECK(restarts[0].counts_as_failure);
+  CHECK(job.rdzv.restart_count() == 3);
+}
+
+TEST_CASE("a rebuilt round finishes as it would have, outcomes included", "[rdzv][membership]") {
+  out::Assign a0{0, 1, 0, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
+  out::Assign a1{0, 1, 0, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234};
+  Job job(settings(2, 2));
+  job.rdzv.join(1, resume_request("n1", a0, Resume::Outcome::succeeded), job.now);
+  auto out = job.rdzv.join(2, resume_request("n2", a1), job.now);
+  CHECK(all<out::Finished>(out).empty());
+  auto done = all<out::Finished>(job.rdzv.workers_succeeded(2, 1, job.now));
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].success);
+
+  Job failing(settings(2, 2, 0));
+  failing.rdzv.join(1, resume_request("n1", a0), failing.now);
+  auto fin = all<out::Finished>(failing.rdzv.join(2, resume_request("n2", a1, Resume::Outcome::failed), failing.now));
+  REQUIRE(fin.size() == 2);
+  CHECK_FALSE(fin[0].success);
+  REQUIRE(fin[0].root_cause);
+  CHECK(fin[0].root_cause->pid == 4242);
+}
+
+TEST_CASE("members that do not come back to a rebuilt round make it re-form, not counted", "[rdzv][membership]") {
+  out::Assign a0{0, 2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
+  out::Assign a1{0, 2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234};
+  Job job(settings(1, 2, 3));
+  job.rdzv.join(1, resume_request("n1", a0), job.now);
+  job.agents.insert(1);
+  auto out = job.advance(16s);
+  auto restarts = all<out::Restart>(out);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].member == 1);
+  CHECK_FALSE(restarts[0].counts_as_failure);
+  CHECK(restarts[0].reason.find("did not come back") != std::string::npos);
+  CHECK(job.rdzv.restart_count() == 1);
+  // The late one is no longer part of a round: fenced.
+  auto late = job.rdzv.join(2, resume_request("n2", a1), job.now);
+  CHECK(all<out::Fenced>(late).size() == 1);
+}
+
+TEST_CASE("plain joins tell a restarted rendezvous the round and restart count to go on from", "[rdzv][membership]") {
+  Job job(settings(2, 2, 5));
+  JoinRequest r;
+  r.node_name = "n1";
+  r.address = "n1.cluster";
+  r.known_round = 4;
+  r.known_restart_count = 3;
+  job.rdzv.join(1, r, job.now);
+  r.node_name = "n2";
+  r.address = "n2.cluster";
+  auto assigns = all<out::Assign>(job.rdzv.join(2, r, job.now));
+  REQUIRE(assigns.size() == 2);
+  CHECK(assigns[0].round == 4);
+  CHECK(assigns[0].restart_count == 3);
+  // Once the core has a history of its own, hints change nothing.
+  job.rdzv.disconnected(2);
+  r.known_round = 40;
+  r.known_restart_count = 30;
+  job.rdzv.leave(2, job.now);
+  job.rdzv.join(3, r, job.now);
+  CHECK(job.rdzv.restart_count() == 3);
+}
+
+TEST_CASE("a waiting member can ask where the round stands", "[rdzv][membership]") {
+  Job job(settings(2, 3));
+  job.join(1, "n1");
+  auto p = job.rdzv.progress(1, job.now + 10s);
+  REQUIRE(p);
+  CHECK(p->joined == 1);
+  CHECK(p->min_nodes == 2);
+  CHECK(p->max_nodes == 3);
+  CHECK(p->join_timeout_left == 590s);
+  job.join(2, "n2");
+  job.advance(31s);
+  CHECK_FALSE(job.rdzv.progress(1, job.now));  // running: nothing to wait for
 }
 
 TEST_CASE("bad joins are refused with what to do", "[rdzv]") {
@@ -303,7 +515,7 @@ TEST_CASE("timeouts near the clock's end saturate instead of wrapping", "[rendez
   Rendezvous r(s);
   JoinRequest j;
   j.node_name = "a";
-  CHECK(r.join(1, j, t).empty());
-  CHECK(r.tick(t + std::chrono::hours(24)).empty());  // nothing fires early
+  CHECK(Job::quiet(r.join(1, j, t)).empty());
+  CHECK(Job::quiet(r.tick(t + std::chrono::hours(24))).empty());  // nothing fires early
   CHECK(r.next_deadline().has_value());
 }

@@ -15,6 +15,22 @@
 // waits to join below max_nodes (a membership restart, not counted), or when
 // every member's workers succeeded (the job is done). A failure with no
 // restarts left closes the job: every other member is told who failed first.
+//
+// Membership is one truth, held here:
+// - A member is its node name, which carries the agent's random instance id
+//   (an identity no other agent has by accident). A join under a name whose
+//   member is still connected is refused, never a silent replacement.
+// - A broken connection is not a departure: the member stays, silent, until
+//   the dead-after window passes, and a reconnect under its name takes its
+//   place back (resume) with its round, ranks and workers untouched. Only a
+//   `leave` or silence removes a member.
+// - A member removed for silence is fenced: told so whenever it can still be
+//   reached (now, or when it comes back), so it stops its workers and joins
+//   again as a newcomer.
+// - A core created from nothing (a restarted musterd) rebuilds a running round
+//   from the members that resume it, keeping its round and restart count;
+//   members that do not come back within the dead-after window make the round
+//   re-form.
 #pragma once
 
 #include <chrono>
@@ -61,16 +77,6 @@ struct Settings {
   Duration dead_after() const { return keep_alive_interval * keep_alive_max_attempt; }
 };
 
-struct JoinRequest {
-  std::string node_name;  // unique per agent, e.g. "<host>_<pid>"
-  std::string address;    // what workers of other nodes use to reach this one
-  int local_world_size = 1;
-  std::string role = "default";
-  int store_port = 0;               // the workers' store this node would serve as node rank 0
-  std::optional<int> node_rank;     // static backend only
-  bool is_host = false;             // the agent that hosts the rendezvous
-};
-
 // How a member's workers failed: what the job-wide report needs.
 struct FailureInfo {
   int global_rank = 0;
@@ -79,6 +85,39 @@ struct FailureInfo {
   std::string host;
   std::string message;
   long long timestamp = 0;
+  int pid = 0;  // 0: not known (an agent older than this field)
+};
+
+// A member that held a place in a running round when its connection broke
+// says so when it reconnects: the round, its place in it (as assigned), and
+// how its workers are doing.
+struct Resume {
+  enum class Outcome { running, succeeded, failed };
+  int round = 0;
+  int restart_count = 0;
+  int group_rank = 0;
+  int group_world_size = 1;
+  NodeRanks ranks;
+  std::string master_addr;
+  int master_port = 0;
+  Outcome outcome = Outcome::running;
+  std::optional<FailureInfo> failure;  // outcome failed
+};
+
+struct JoinRequest {
+  std::string node_name;  // unique per agent: "<host>_<random instance id>"
+  std::string address;    // what workers of other nodes use to reach this one
+  int local_world_size = 1;
+  std::string role = "default";
+  int store_port = 0;               // the workers' store this node would serve as node rank 0
+  std::optional<int> node_rank;     // static backend only
+  bool is_host = false;             // the agent that hosts the rendezvous
+  // What the agent knows of the job's history, for a core that lost it (a
+  // restarted musterd): the round it joins for and the restart count that
+  // round will have. Ignored once the core has a history of its own.
+  int known_round = 0;
+  int known_restart_count = 0;
+  std::optional<Resume> resume;
 };
 
 namespace out {
@@ -113,9 +152,37 @@ struct Finished {
   std::optional<FailureInfo> root_cause;
   std::string message;
 };
+// The rendezvous dropped this member (it was silent too long, or it came back
+// to a round it is no longer part of): stop the workers, join as a newcomer.
+struct Fenced {
+  MemberId member = 0;
+  std::string reason;
+};
+// A member that reconnected has its place back; its workers go on.
+struct Resumed {
+  MemberId member = 0;
+  int round = 0;
+};
+// Where the round that a waiting member waits for stands.
+struct Waiting {
+  MemberId member = 0;
+  int round = 0;
+  int joined = 0;   // members of the forming round
+  int waiting = 0;  // newcomers waiting for a running round to re-form
+  int min_nodes = 0;
+  int max_nodes = 0;
+  Duration join_timeout_left{0};
+};
+// A line for the rendezvous host's log (member 0: delivered to nobody).
+struct Log {
+  MemberId member = 0;
+  bool warning = false;
+  std::string text;
+};
 }  // namespace out
 
-using Output = std::variant<out::Assign, out::Restart, out::Reject, out::Finished>;
+using Output = std::variant<out::Assign, out::Restart, out::Reject, out::Finished, out::Fenced, out::Resumed,
+                            out::Waiting, out::Log>;
 
 enum class State { forming, running, closed };
 
@@ -125,12 +192,17 @@ class Rendezvous {
 
   std::vector<Output> join(MemberId member, const JoinRequest& request, TimePoint now);
   std::vector<Output> heartbeat(MemberId member, TimePoint now);
+  // Where the round stands, for a member waiting for one (nullopt otherwise).
+  std::optional<out::Waiting> progress(MemberId member, TimePoint now) const;
   // Reports about a round other than the running one are ignored: they come
   // from workers that were being stopped anyway.
   std::vector<Output> workers_failed(MemberId member, int round, const FailureInfo& failure, TimePoint now);
   std::vector<Output> workers_succeeded(MemberId member, int round, TimePoint now);
-  // A member that says goodbye, or whose connection broke.
+  // A member that says goodbye: it is gone at once.
   std::vector<Output> leave(MemberId member, TimePoint now);
+  // A member's connection broke: it keeps its place until it is silent for
+  // the dead-after window, so it can reconnect and resume.
+  void disconnected(MemberId member);
   // Fires what is due at `now`: last call, join timeouts, dead members.
   std::vector<Output> tick(TimePoint now);
   // When tick() next has something to do (O(members)).
@@ -146,6 +218,7 @@ class Rendezvous {
   std::size_t waiting() const { return waiting_.size(); }
   std::size_t members() const { return members_.size(); }
   bool succeeded() const { return succeeded_; }
+  bool recovering() const { return recovering_; }
 
  private:
   struct Member {
@@ -153,11 +226,20 @@ class Rendezvous {
     TimePoint last_seen;
     TimePoint join_deadline;
     bool done = false;
+    bool connected = true;
   };
 
   void complete_round(std::vector<Output>& out);
   void restart_round(std::vector<Output>& out, bool counts, const std::string& reason, TimePoint now);
-  std::vector<Output> drop(MemberId member, TimePoint now, const std::string& why);
+  std::vector<Output> drop(MemberId member, TimePoint now, const std::string& why, bool fence = false);
+  void rebind(MemberId from, MemberId to);
+  std::vector<Output> resume(MemberId member, const Resume& r, TimePoint now);
+  std::vector<Output> recover(MemberId member, const JoinRequest& request, TimePoint now);
+  void end_recovery();
+  bool maybe_succeed(std::vector<Output>& out);
+  void apply_outcome(MemberId member, const Resume& r, TimePoint now, std::vector<Output>& out);
+  void note(std::vector<Output>& out, std::string text, bool warning = false) const;
+  std::string world_text() const;
   void close_failed(std::vector<Output>& out, const FailureInfo& root, MemberId failed);
   void remove_dead(TimePoint now, std::vector<Output>& out);
   std::vector<MemberId> rank_order() const;
@@ -176,6 +258,15 @@ class Rendezvous {
   std::vector<MemberId> ranked_;           // the current round's members by node rank
   std::optional<TimePoint> last_call_;     // forming: completes then if min reached
   std::set<std::string> lost_;             // nodes gone since the last complete round
+  std::map<MemberId, out::Assign> assigned_;  // the running round's assignments
+  // Whether this core has seen a round of its own; until then joins may tell
+  // it the job's history (known_round, known_restart_count, resume).
+  bool history_ = false;
+  // Rebuilding a running round from resuming members (a restarted server).
+  bool recovering_ = false;
+  int recovering_world_ = 0;
+  TimePoint recovery_deadline_{};
+  std::map<int, MemberId> slots_;  // group rank -> member, while recovering
 };
 
 }  // namespace muster::rendezvous

@@ -74,7 +74,15 @@ struct WorkersSucceededMessage {
 nlohmann::json to_json(const JoinMessage& m);
 nlohmann::json to_json(const WorkersFailedMessage& m);
 nlohmann::json to_json(const WorkersSucceededMessage& m);
-nlohmann::json heartbeat_message();
+// A heartbeat with a seq is acknowledged (heartbeat_ack with that seq); one
+// with progress, from a member waiting for a round, is answered with `waiting`.
+struct HeartbeatMessage {
+  std::optional<uint64_t> seq;
+  bool progress = false;
+};
+nlohmann::json heartbeat_message(const HeartbeatMessage& m = {});
+Result<HeartbeatMessage> heartbeat_from_json(const nlohmann::json& j);
+nlohmann::json heartbeat_ack_message(uint64_t seq);
 nlohmann::json leave_message();
 Result<JoinMessage> join_from_json(const nlohmann::json& j);
 Result<WorkersFailedMessage> workers_failed_from_json(const nlohmann::json& j);
@@ -94,7 +102,11 @@ struct ErrorMessage {
   std::string message;
 };
 // Any message the server sends, decoded and checked (member left 0).
-using ServerMessage = std::variant<out::Assign, out::Restart, out::Reject, out::Finished, ErrorMessage>;
+struct HeartbeatAck {
+  uint64_t seq = 0;
+};
+using ServerMessage = std::variant<out::Assign, out::Restart, out::Reject, out::Finished, ErrorMessage, out::Fenced,
+                                   out::Resumed, out::Waiting, HeartbeatAck>;
 Result<ServerMessage> server_message_from_json(const nlohmann::json& j);
 
 // A peer's text made safe for one log line: control bytes escaped, cut to
