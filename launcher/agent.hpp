@@ -116,6 +116,7 @@ class Agent {
   boost::asio::steady_timer heartbeat_timer_;
   boost::asio::steady_timer lease_timer_;
   std::chrono::steady_clock::time_point last_progress_note_{};
+  bool reconnecting_ = false;  // the connection broke and has not come back yet
   std::optional<rendezvous::FailureInfo> job_root_cause_;
 };
 

@@ -241,6 +241,7 @@ bool Agent::shutting_down() const { return finished_ || core_.stop_reason() == S
 // Connected, the first time or again: take the place back or join.
 void Agent::on_connected() {
   if (finished_) return;
+  reconnecting_ = false;
   lease_->renew(std::chrono::steady_clock::now());
   arm_lease_timer();
   if (assignment_) return send_resume();
@@ -355,6 +356,7 @@ void Agent::check_lease() {
         " (keep_alive_interval x keep_alive_max_attempt), so the rendezvous counts it gone");
   // That connection has been of no use for the whole window: start afresh.
   if (rdzv_->connected()) {
+    reconnecting_ = true;
     rdzv_->reconnect(reconnect_timeout_, [this] { on_connected(); });
   }
 }
@@ -459,7 +461,13 @@ void Agent::on_rendezvous_message(const json& raw) {
 void Agent::on_rendezvous_error(const Status& st) {
   if (finished_) return;
   if (!shutting_down()) {
-    std::string msg = "muster: error: " + st.message() + "\n";
+    std::string msg = "muster: error: " +
+                      (reconnecting_ ? "lost the rendezvous at " + rdzv_->address() +
+                                           " and could not reconnect within " + seconds_of(reconnect_timeout_) +
+                                           " (--rdzv-conf reconnect_timeout); the job ends on this node: " +
+                                           st.message()
+                                     : st.message()) +
+                      "\n";
     say(msg);
   }
   apply(core_.on_rendezvous_lost());
@@ -474,6 +482,7 @@ void Agent::on_rendezvous_lost(const Status& st) {
   log::warning("[" + cfg_.role + "] " + st.message() + "; the workers keep running while this node reconnects (for up to " +
                seconds_of(reconnect_timeout_) + ")");
   auto started = std::chrono::steady_clock::now();
+  reconnecting_ = true;
   rdzv_->reconnect(reconnect_timeout_, [this, started] {
     auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
     log::info("[" + cfg_.role + "] reconnected to the rendezvous at " + rdzv_->address() + " after " +

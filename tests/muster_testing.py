@@ -190,6 +190,35 @@ class RdzvConn:
                 return None
             self.buf += chunk
 
+    def recv_beating(self, timeout=10.0, every=0.1, also=()):
+        """Waits for the next message while heartbeating, as a live agent does
+        (and for the agents in `also`, so they stay alive meanwhile);
+        acknowledgements and progress reports are skipped."""
+        deadline = time.monotonic() + timeout * SLACK
+        while time.monotonic() < deadline:
+            for a in (self, *also):
+                a.send({"type": "heartbeat", "v": 1})
+            self.sock.settimeout(every)
+            try:
+                chunk = self.sock.recv(65536)
+            except _socket.timeout:
+                chunk = None
+            except ConnectionResetError:
+                return None
+            if chunk == b"":
+                return None
+            if chunk:
+                self.buf += chunk
+            while len(self.buf) >= 4:
+                (n,) = _struct.unpack(">I", self.buf[:4])
+                if len(self.buf) < 4 + n:
+                    break
+                msg = json.loads(self.buf[4:4 + n])
+                self.buf = self.buf[4 + n:]
+                if msg.get("type") not in ("heartbeat_ack", "waiting"):
+                    return msg
+        return None
+
     def close(self):
         self.sock.close()
 

@@ -341,6 +341,10 @@ void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std:
     participants_.insert(*it);
     it = waiting_.erase(it);
   }
+  // Enough of them for a round: the last call runs as after a join.
+  if (participants_.size() >= static_cast<std::size_t>(settings_.min_nodes)) {
+    last_call_ = saturating_add(now, settings_.last_call_timeout);
+  }
 }
 
 void Rendezvous::close_failed(std::vector<Output>& out, const FailureInfo& root, MemberId failed) {

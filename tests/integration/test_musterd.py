@@ -47,8 +47,8 @@ def test_a_dead_agent_is_noticed_and_the_survivors_re_form(musterd):
     assert all(a.recv()["type"] == "assign" for a in agents)
     agents[2].sock.shutdown(socket.SHUT_RDWR)  # the agent dies: its connection breaks
     agents[2].close()
-    for a in agents[:2]:
-        msg = a.recv()
+    for i, a in enumerate(agents[:2]):
+        msg = a.recv_beating(also=agents[:2])  # the survivors stay alive; n2 falls silent
         assert msg["type"] == "restart" and msg["counts_as_failure"] is False
         assert "n2" in msg["reason"]
     for i, a in enumerate(agents[:2]):
