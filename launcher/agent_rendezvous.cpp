@@ -412,8 +412,9 @@ void Agent::on_rendezvous_message(const json& raw) {
               std::to_string(group_.group_rank) + "\n  group_world_size=" + std::to_string(group_.group_world_size));
     apply(core_.on_assignment(a->restart_count));
   } else if (const auto* res = std::get_if<rendezvous::out::Resumed>(&m)) {
-    log::info("[" + cfg_.role + "] back in round " + std::to_string(res->round) + " of job '" + cfg_.rdzv_id +
-              "'; the workers went on running");
+    // A warning, as the broken connection was: the reader learns it healed.
+    log::warning("[" + cfg_.role + "] back in round " + std::to_string(res->round) + " of job '" + cfg_.rdzv_id +
+                 "' at " + rdzv_->address() + "; the workers went on running");
   } else if (const auto* w = std::get_if<rendezvous::out::Waiting>(&m)) {
     auto now = std::chrono::steady_clock::now();
     if (!join_pending_ || now - last_progress_note_ < std::chrono::seconds(5)) return;

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -108,16 +109,26 @@ def free_port():
 MUSTERD = os.environ.get("MUSTERD_BIN", "")
 
 
-def start_musterd(*extra, stderr=None):
-    """Starts musterd on a free loopback port; returns (process, port). Its
-    log goes to `stderr` (a file object) when given: a pipe nobody reads
-    would fill up under a test that makes it log a lot."""
+def start_musterd(*extra, stderr=None, listen="127.0.0.1:0"):
+    """Starts musterd (on a free loopback port unless `listen` says otherwise);
+    returns (process, port). Its log goes to `stderr` (a file object) when
+    given, else to a temporary file (proc.log_path, read with musterd_log): a
+    pipe nobody reads would fill up and stall it, as it logs every join."""
     assert MUSTERD, "MUSTERD_BIN is not set (run through ctest)"
-    proc = subprocess.Popen([MUSTERD, "--listen", "127.0.0.1:0", *extra], stdout=subprocess.PIPE,
-                            stderr=stderr if stderr is not None else subprocess.PIPE, text=True)
+    log_path = None
+    if stderr is None:
+        fd, log_path = tempfile.mkstemp(prefix="musterd-", suffix=".log")
+        stderr = os.fdopen(fd, "w")
+    proc = subprocess.Popen([MUSTERD, "--listen", listen, *extra], stdout=subprocess.PIPE, stderr=stderr, text=True)
+    proc.log_path = log_path
     line = proc.stdout.readline()
     assert line.startswith("musterd listening on "), line
     return proc, int(line.rsplit(":", 1)[1])
+
+
+def musterd_log(proc):
+    with open(proc.log_path) as f:
+        return f.read()
 
 
 def stop_musterd(proc):

@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   limits.join_wait = std::chrono::milliseconds(join_wait_ms);
   limits.finished_job_lifetime = std::chrono::seconds(lifetime_s);
 
+  // A daemon says what it does (jobs, rounds, losses) unless LOGLEVEL says otherwise.
+  muster::log::set_level(muster::log::Level::info);
   muster::log::init_from_env("musterd");
   // One descriptor per agent or store client: take the whole hard limit.
   if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
