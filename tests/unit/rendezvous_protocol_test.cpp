@@ -137,3 +137,77 @@ TEST_CASE("text that is not UTF-8 is encoded, not thrown", "[frames][hardening]"
   CHECK_NOTHROW(encode_frame(to_json(f)));
   CHECK(log_excerpt(std::string("a\nb") + std::string(300, 'x'), 10).find("\\x0a") != std::string::npos);
 }
+
+TEST_CASE("membership messages round-trip and their fields are checked", "[frames][membership]") {
+  JoinMessage m;
+  m.job = "j";
+  m.request.node_name = "n1_00112233445566778899aabbccddeeff";
+  m.request.address = "n1";
+  m.request.known_round = 4;
+  m.request.known_restart_count = 2;
+  Resume r;
+  r.round = 4;
+  r.restart_count = 2;
+  r.group_rank = 1;
+  r.group_world_size = 2;
+  r.ranks = {2, 4, 2, 4};
+  r.master_addr = "n0";
+  r.master_port = 29500;
+  r.outcome = Resume::Outcome::failed;
+  r.failure = FailureInfo{3, 1, 42, "n1", "boom", 7, 4242};
+  m.request.resume = r;
+  m.settings.min_nodes = 1;
+  m.settings.max_nodes = 2;
+  auto back = join_from_json(to_json(m));
+  REQUIRE(back.ok());
+  CHECK(back->request.known_round == 4);
+  CHECK(back->request.known_restart_count == 2);
+  REQUIRE(back->request.resume);
+  CHECK(back->request.resume->group_rank == 1);
+  CHECK(back->request.resume->ranks.global_world_size == 4);
+  CHECK(back->request.resume->outcome == Resume::Outcome::failed);
+  REQUIRE(back->request.resume->failure);
+  CHECK(back->request.resume->failure->pid == 4242);
+
+  auto j = to_json(m);
+  j["resume"]["outcome"] = "maybe";
+  CHECK(join_from_json(j).status().message().find("outcome") != std::string::npos);
+  j = to_json(m);
+  j["resume"].erase("failure");
+  CHECK(join_from_json(j).status().message().find("\"failure\" is missing") != std::string::npos);
+  j = to_json(m);
+  j["resume"]["group_rank"] = 2;  // outside a world of 2
+  CHECK_FALSE(join_from_json(j).ok());
+  j = to_json(m);
+  j["known_round"] = -1;
+  CHECK(join_from_json(j).status().message().find("known_round") != std::string::npos);
+
+  auto beat = heartbeat_from_json(heartbeat_message(HeartbeatMessage{77, true}));
+  REQUIRE(beat.ok());
+  CHECK(beat->seq == 77u);
+  CHECK(beat->progress);
+  CHECK_FALSE(heartbeat_from_json(nlohmann::json{{"type", "heartbeat"}, {"v", 1}, {"seq", "1"}}).ok());
+  CHECK(heartbeat_from_json(heartbeat_message()).value().seq == std::nullopt);
+
+  auto ack = server_message_from_json(heartbeat_ack_message(77));
+  REQUIRE(ack.ok());
+  CHECK(std::get<HeartbeatAck>(ack.value()).seq == 77u);
+  auto fenced = server_message_from_json(to_json(Output(out::Fenced{0, "silent"})));
+  REQUIRE(fenced.ok());
+  CHECK(std::get<out::Fenced>(fenced.value()).reason == "silent");
+  auto resumed = server_message_from_json(to_json(Output(out::Resumed{0, 3})));
+  REQUIRE(resumed.ok());
+  CHECK(std::get<out::Resumed>(resumed.value()).round == 3);
+  auto waiting = server_message_from_json(to_json(Output(out::Waiting{0, 2, 1, 3, 2, 4, Duration(5000)})));
+  REQUIRE(waiting.ok());
+  const auto& w = std::get<out::Waiting>(waiting.value());
+  CHECK((w.round == 2 && w.joined == 1 && w.waiting == 3 && w.min_nodes == 2 && w.max_nodes == 4));
+  CHECK(w.join_timeout_left == Duration(5000));
+  auto bad = to_json(Output(out::Waiting{0, 2, 1, 3, 2, 4, Duration(5000)}));
+  bad.erase("joined");
+  CHECK_FALSE(server_message_from_json(bad).ok());
+  // A failure without a pid (an older agent) still decodes, with pid 0.
+  auto f = to_json(FailureInfo{1, 0, 3, "h", "m", 1, 0});
+  CHECK_FALSE(f.contains("pid"));
+  CHECK(failure_from_json(f).value().pid == 0);
+}
