@@ -1,8 +1,10 @@
 // bench/rendezvous: N simulated agents in this one process, each its own TCP
 // connection on loopback, join one musterd (started here). Measures
 //   1. formation: first connect -> the last agent holding its assignment;
-//   2. loss by connection: one agent's connection drops -> the last survivor
-//      holding its restart order;
+//   2. loss by leave: one agent says `leave` and closes (as an agent that
+//      exits does) -> the last survivor holding its restart order (a
+//      connection that just breaks keeps its place for the dead-after window,
+//      so it can resume: that loss is the silence one below);
 //   3. loss by silence: one agent stops heartbeating -> the last survivor
 //      holding its restart order, against keep_alive_interval x attempts.
 // Counts the messages the daemon sent, to show they are O(N).
@@ -50,6 +52,16 @@ struct Agent : std::enable_shared_from_this<Agent> {
   void send(const json& j) {
     auto bytes = std::make_shared<std::string>(encode_frame(j));
     asio::async_write(socket, asio::buffer(*bytes), [bytes](auto, auto) {});
+  }
+  // Says `leave`, then closes once it is written.
+  void leave() {
+    silent = true;
+    auto self = shared_from_this();
+    auto bytes = std::make_shared<std::string>(encode_frame({{"type", "leave"}, {"v", 1}}));
+    asio::async_write(socket, asio::buffer(*bytes), [self, bytes](auto, auto) {
+      boost::system::error_code ignored;
+      self->socket.close(ignored);
+    });
   }
   void read() {
     auto self = shared_from_this();
@@ -154,7 +166,7 @@ void bench(const std::string& host, int port, int n) {
   };
   heartbeat();
 
-  // 2. Loss by connection: agent 0 goes away.
+  // 2. Loss by leave: agent 0 goes away.
   auto restarted = [&](std::size_t from) {
     return [&, from] {
       for (std::size_t i = from; i < agents.size(); ++i) if (agents[i]->type_seen != "restart") return false;
@@ -162,7 +174,7 @@ void bench(const std::string& host, int port, int n) {
     };
   };
   auto t_drop = Clock::now();
-  agents[0]->socket.close();
+  agents[0]->leave();
   double drop_ms = -1;
   if (run_until(io, restarted(1), std::chrono::seconds(60))) {
     Clock::time_point l{};
@@ -230,7 +242,7 @@ int main(int argc, char** argv) {
   std::string l(line);
   int port = std::stoi(l.substr(l.rfind(':') + 1));
   std::printf("musterd on 127.0.0.1:%d; keep_alive_interval %d ms x %d attempts\n", port, kKeepAliveMs, kAttempts);
-  std::printf("%-8s %14s %14s %18s %20s %12s\n", "agents", "formation_ms", "msgs_to_agents", "loss_by_close_ms",
+  std::printf("%-8s %14s %14s %18s %20s %12s\n", "agents", "formation_ms", "msgs_to_agents", "loss_by_leave_ms",
               "loss_by_silence_ms", "silence_bound_ms");
   for (int n : sizes) bench("127.0.0.1", port, n);
   kill(pid, SIGTERM);
