@@ -54,7 +54,8 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
       supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
       shutdown_timer_(io),
       heartbeat_timer_(io),
-      lease_timer_(io) {
+      lease_timer_(io),
+      retry_timer_(io) {
   writer_.add(STDOUT_FILENO, "the console (stdout)", false);
   writer_.add(STDERR_FILENO, "the console (stderr)", false);
   // While stderr is full the agent's own log lines are dropped (and counted),
@@ -214,7 +215,9 @@ void Agent::apply(const std::vector<Action>& actions) {
       report_to_rendezvous_failure(rf->local_rank);
     } else if (std::holds_alternative<action::ReportSuccess>(a)) {
       outcome_ = rendezvous::Resume::Outcome::succeeded;
-      rdzv_->send(rendezvous::to_json(rendezvous::WorkersSucceededMessage{round_}));
+      // While reconnecting, the resume carries it (a report must not reach a
+      // new connection before its join).
+      if (rdzv_->connected()) rdzv_->send(rendezvous::to_json(rendezvous::WorkersSucceededMessage{round_}));
     } else if (std::holds_alternative<action::Rejoin>(a)) {
       // Workers down after a restart order or a fence: join for the next round
       // (now, or once the connection is back).
@@ -365,10 +368,11 @@ void Agent::finish(int exit_code) {
   signals_.cancel();
   heartbeat_timer_.cancel();
   lease_timer_.cancel();
+  retry_timer_.cancel();
   if (rdzv_) {
-    if (core_.stop_reason() == StopReason::signal) {
-      rdzv_->send(rendezvous::leave_message());
-    }
+    // Gone at once rather than after the dead-after window (a closed
+    // connection alone could still resume); a job already over ignores it.
+    if (rdzv_->connected()) rdzv_->send(rendezvous::leave_message());
     rdzv_->close();
   }
   bool root_is_local = false;

@@ -60,6 +60,7 @@ class Agent {
   void check_lease();
   void fence(const std::string& why);
   bool shutting_down() const;
+  bool within_stale_connection_window();
   void report_to_rendezvous_failure(int local_rank);
   void report_job_failure();
   void copy_error_file_to_parent(const ProcessFailure& root);
@@ -117,6 +118,10 @@ class Agent {
   boost::asio::steady_timer lease_timer_;
   std::chrono::steady_clock::time_point last_progress_note_{};
   bool reconnecting_ = false;  // the connection broke and has not come back yet
+  std::chrono::steady_clock::time_point join_sent_at_{};  // the latest join or resume
+  std::chrono::steady_clock::time_point last_heard_{};    // the latest message from the rendezvous
+  std::optional<std::chrono::steady_clock::time_point> already_exists_since_;
+  boost::asio::steady_timer retry_timer_;
   std::optional<rendezvous::FailureInfo> job_root_cause_;
 };
 

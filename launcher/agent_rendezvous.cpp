@@ -236,14 +236,24 @@ int Agent::run_coordinated() {
   return exit_code_;
 }
 
+bool Agent::within_stale_connection_window() {
+  auto now = std::chrono::steady_clock::now();
+  if (!already_exists_since_) already_exists_since_ = now;
+  // Twice the window: the server drops the old member at the latest one
+  // window after it last heard it, which was before this agent reconnected.
+  return now - *already_exists_since_ < rdzv_settings_.dead_after() * 2;
+}
+
 bool Agent::shutting_down() const { return finished_ || core_.stop_reason() == StopReason::signal; }
 
 // Connected, the first time or again: take the place back or join.
 void Agent::on_connected() {
   if (finished_) return;
   reconnecting_ = false;
-  lease_->renew(std::chrono::steady_clock::now());
-  arm_lease_timer();
+  last_heard_ = std::chrono::steady_clock::now();
+  // The lease is not renewed here: a connection proves nothing until the
+  // rendezvous answers (an ack, or the assign or resumed that the join sent
+  // now brings, which renews it from this send time).
   if (assignment_) return send_resume();
   if (join_pending_) send_join();
   // Otherwise workers are being stopped on an order; Rejoin will join.
@@ -280,7 +290,7 @@ void Agent::send_join() {
   if (rdzv_settings_.static_ranks) m.request.node_rank = cfg_.node_rank;
   m.settings = rdzv_settings_;
   join_pending_ = true;
-  last_progress_note_ = std::chrono::steady_clock::now();
+  last_progress_note_ = join_sent_at_ = std::chrono::steady_clock::now();
   rdzv_->send(rendezvous::to_json(m));
   log::info("[" + cfg_.role + "] joining the rendezvous of job '" + cfg_.rdzv_id + "' at " + rdzv_->address() +
             " as node " + node_name_);
@@ -312,6 +322,7 @@ void Agent::send_resume() {
   r.failure = outcome_failure_;
   m.request.resume = r;
   m.settings = rdzv_settings_;
+  join_sent_at_ = std::chrono::steady_clock::now();
   rdzv_->send(rendezvous::to_json(m));
   log::info("[" + cfg_.role + "] resuming round " + std::to_string(a.round) + " of job '" + cfg_.rdzv_id + "' at " +
             rdzv_->address() + " as group rank " + std::to_string(a.group_rank));
@@ -330,6 +341,15 @@ void Agent::heartbeat_loop() {
     // and a heartbeat now must not hide it.
     check_lease();
     if (finished_) return;
+    // A rendezvous that accepts bytes and never answers (stopped, stuck)
+    // would leave a waiting node waiting for ever: its kernel still ACKs.
+    if (join_pending_ && !assignment_ && rdzv_->connected() &&
+        std::chrono::steady_clock::now() - last_heard_ >= reconnect_timeout_) {
+      return on_rendezvous_error(Status(Code::unavailable, "the rendezvous at " + rdzv_->address() +
+                                                               " has not answered for " +
+                                                               seconds_of(reconnect_timeout_) +
+                                                               " (--rdzv-conf reconnect_timeout)"));
+    }
     if (rdzv_->connected()) {
       rendezvous::HeartbeatMessage beat;
       beat.seq = ++heartbeat_seq_;
@@ -381,6 +401,8 @@ void Agent::on_rendezvous_message(const json& raw) {
                                                           decoded.status().message()));
   }
   const auto& m = decoded.value();
+  last_heard_ = std::chrono::steady_clock::now();
+  if (!std::holds_alternative<rendezvous::out::Reject>(m)) already_exists_since_.reset();
   if (const auto* ack = std::get_if<rendezvous::HeartbeatAck>(&m)) {
     lease_->acked(ack->seq);
     arm_lease_timer();
@@ -389,6 +411,9 @@ void Agent::on_rendezvous_message(const json& raw) {
     join_pending_ = false;
     round_ = a->round;
     assignment_ = *a;
+    // The join that brought this was heard: the lease runs from its sending.
+    lease_->renew(join_sent_at_);
+    arm_lease_timer();
     outcome_.reset();
     outcome_failure_.reset();
     known_round_ = a->round;
@@ -412,6 +437,8 @@ void Agent::on_rendezvous_message(const json& raw) {
               std::to_string(group_.group_rank) + "\n  group_world_size=" + std::to_string(group_.group_world_size));
     apply(core_.on_assignment(a->restart_count));
   } else if (const auto* res = std::get_if<rendezvous::out::Resumed>(&m)) {
+    lease_->renew(join_sent_at_);
+    arm_lease_timer();
     // A warning, as the broken connection was: the reader learns it healed.
     log::warning("[" + cfg_.role + "] back in round " + std::to_string(res->round) + " of job '" + cfg_.rdzv_id +
                  "' at " + rdzv_->address() + "; the workers went on running");
@@ -443,12 +470,16 @@ void Agent::on_rendezvous_message(const json& raw) {
     }
     apply(core_.on_finish_order(f->success ? 0 : 1));
   } else if (const auto* rej = std::get_if<rendezvous::out::Reject>(&m);
-             rej && rej->code == Code::already_exists && assignment_) {
-    // Back before the rendezvous saw the old connection go: try again shortly.
+             rej && rej->code == Code::already_exists && within_stale_connection_window()) {
+    // This agent's identity is random: the member holding it is this agent's
+    // own old connection, which the rendezvous has not seen close yet. It
+    // will within the dead-after window; try again shortly until then.
     log::warning("[" + cfg_.role + "] the rendezvous still holds this node's old connection; reconnecting");
-    auto retry = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(500));
-    retry->async_wait([this, retry](const boost::system::error_code& ec) {
-      if (!ec && !finished_) rdzv_->reconnect(reconnect_timeout_, [this] { on_connected(); });
+    retry_timer_.expires_after(std::chrono::milliseconds(500));
+    retry_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || finished_) return;
+      reconnecting_ = true;
+      rdzv_->reconnect(reconnect_timeout_, [this] { on_connected(); });
     });
   } else {
     const std::string& text = std::holds_alternative<rendezvous::out::Reject>(m)
@@ -510,7 +541,7 @@ void Agent::report_to_rendezvous_failure(int local_rank) {
   f.timestamp = std::max<long long>(0, pf.timestamp);
   outcome_ = rendezvous::Resume::Outcome::failed;
   outcome_failure_ = f;
-  rdzv_->send(rendezvous::to_json(rendezvous::WorkersFailedMessage{round_, f}));
+  if (rdzv_->connected()) rdzv_->send(rendezvous::to_json(rendezvous::WorkersFailedMessage{round_, f}));
 }
 
 // The job-wide report: the first failing rank of the job (on whichever node)

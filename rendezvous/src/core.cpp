@@ -51,6 +51,13 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     out.push_back(out::Reject{member, st.code(), st.message()});
     return out;
   }
+  // One connection is one node: it cannot turn into another.
+  if (auto self = members_.find(member); self != members_.end() && self->second.request.node_name != request.node_name) {
+    out.push_back(out::Reject{member, Code::invalid_argument,
+                              "this connection is already node " + self->second.request.node_name +
+                                  " of the job; it cannot join again as " + request.node_name});
+    return out;
+  }
   if (auto named = by_name_.find(request.node_name); named != by_name_.end() && named->second != member) {
     // The name is an agent's identity: while its member is connected, a
     // second join under it is an impostor or a misconfiguration, never a
@@ -132,6 +139,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
 }
 
 void Rendezvous::rebind(MemberId from, MemberId to) {
+  if (members_.count(to)) return;  // join() refuses a connection that is another member already
   auto node = members_.extract(from);
   node.key() = to;
   node.mapped().connected = true;
@@ -185,7 +193,21 @@ std::vector<Output> Rendezvous::recover(MemberId member, const JoinRequest& requ
     note(out, "fenced node " + request.node_name + ": " + why, true);
     return out;
   };
-  bool fresh = !history_ && state_ == State::forming && participants_.empty() && waiting_.empty() && r.round >= round_;
+  // A core without a history rebuilds the round, unless a plain joiner knows
+  // it had already ended (it was told to re-form before the restart). Plain
+  // joiners that know no later round (newcomers, spares) wait for it.
+  bool fresh = !history_ && state_ == State::forming && r.round >= round_;
+  for (MemberId id : participants_) {
+    if (fresh && members_.at(id).request.known_round > r.round) fresh = false;
+  }
+  for (MemberId id : waiting_) {
+    if (fresh && members_.at(id).request.known_round > r.round) fresh = false;
+  }
+  if (fresh && !recovering_) {
+    waiting_.insert(participants_.begin(), participants_.end());
+    participants_.clear();
+    last_call_.reset();
+  }
   if (!fresh && !recovering_) {
     return fence("it is no longer a member of round " + std::to_string(r.round) + " (the job is at round " +
                  std::to_string(round_) + ")");

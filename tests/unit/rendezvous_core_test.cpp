@@ -431,6 +431,46 @@ TEST_CASE("a rebuilt round finishes as it would have, outcomes included", "[rdzv
   CHECK(fin[0].root_cause->pid == 4242);
 }
 
+TEST_CASE("a spare that reaches a restarted rendezvous first waits; the round is still rebuilt", "[rdzv][membership]") {
+  out::Assign a0{0, 2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
+  out::Assign a1{0, 2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234};
+  Job job(settings(2, 2, 3));
+  job.join(5, "spare");  // knows no round: it never had a place
+  job.rdzv.join(1, resume_request("n1", a0), job.now);
+  auto out = job.rdzv.join(2, resume_request("n2", a1), job.now);
+  CHECK(all<out::Resumed>(out).size() == 2);
+  CHECK(all<out::Fenced>(out).empty());
+  CHECK(job.rdzv.restart_count() == 1);
+  CHECK(job.rdzv.round() == 2);
+  CHECK(job.rdzv.waiting() == 1);  // at max_nodes: the spare waits for a place
+}
+
+TEST_CASE("a plain join that knows a later round stops a rebuild before it starts", "[rdzv][membership]") {
+  out::Assign a0{0, 2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
+  Job job(settings(2, 2, 3));
+  JoinRequest r;
+  r.node_name = "n2";
+  r.address = "n2.cluster";
+  r.known_round = 3;  // it had been told round 2 ended
+  r.known_restart_count = 2;
+  job.rdzv.join(2, r, job.now);
+  auto out = job.rdzv.join(1, resume_request("n1", a0), job.now);
+  CHECK(all<out::Fenced>(out).size() == 1);  // n1 stops its stale workers and joins round 3
+}
+
+TEST_CASE("a connection that is one node cannot join again as another", "[rdzv][membership][hardening]") {
+  Job job(settings(2, 2));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  job.rdzv.disconnected(2);
+  auto r = all<out::Reject>(job.join(1, "n2"));
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].message.find("already node n1") != std::string::npos);
+  CHECK(job.rdzv.members() == 2);
+  // n2 can still take its own place back.
+  CHECK(all<out::Reject>(job.join(9, "n2")).empty());
+}
+
 TEST_CASE("members that do not come back to a rebuilt round make it re-form, not counted", "[rdzv][membership]") {
   out::Assign a0{0, 2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
   out::Assign a1{0, 2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234};
