@@ -50,6 +50,7 @@ class Agent {
   int run_coordinated();
   Status setup_rendezvous();
   void on_connected();
+  rendezvous::JoinMessage join_message() const;
   void send_join();
   void send_resume();
   void on_rendezvous_message(const nlohmann::json& m);

@@ -259,6 +259,21 @@ void Agent::on_connected() {
   // Otherwise workers are being stopped on an order; Rejoin will join.
 }
 
+// What every join of this node says: who it is, where, with what.
+rendezvous::JoinMessage Agent::join_message() const {
+  rendezvous::JoinMessage m;
+  m.job = cfg_.rdzv_id;
+  m.request.node_name = node_name_;
+  m.request.address = node_address_;
+  m.request.local_world_size = cfg_.nproc_per_node;
+  m.request.role = cfg_.role;
+  m.request.store_port = store_ ? store_->port() : 0;
+  m.request.is_host = is_host_;
+  if (rdzv_settings_.static_ranks) m.request.node_rank = cfg_.node_rank;
+  m.settings = rdzv_settings_;
+  return m;
+}
+
 void Agent::send_join() {
   // Each round gets a store of its own, advertised with this join: workers of
   // the round that ended cannot write into it, and nobody resets it under the
@@ -277,18 +292,9 @@ void Agent::send_join() {
       return on_rendezvous_error(fresh.status());
     }
   }
-  rendezvous::JoinMessage m;
-  m.job = cfg_.rdzv_id;
-  m.request.node_name = node_name_;
-  m.request.address = node_address_;
-  m.request.local_world_size = cfg_.nproc_per_node;
-  m.request.role = cfg_.role;
-  m.request.store_port = store_->port();
-  m.request.is_host = is_host_;
+  rendezvous::JoinMessage m = join_message();
   m.request.known_round = known_round_;
   m.request.known_restart_count = known_restart_count_;
-  if (rdzv_settings_.static_ranks) m.request.node_rank = cfg_.node_rank;
-  m.settings = rdzv_settings_;
   join_pending_ = true;
   last_progress_note_ = join_sent_at_ = std::chrono::steady_clock::now();
   rdzv_->send(rendezvous::to_json(m));
@@ -301,15 +307,7 @@ void Agent::send_join() {
 // a restarted one) gives the place back.
 void Agent::send_resume() {
   const auto& a = *assignment_;
-  rendezvous::JoinMessage m;
-  m.job = cfg_.rdzv_id;
-  m.request.node_name = node_name_;
-  m.request.address = node_address_;
-  m.request.local_world_size = cfg_.nproc_per_node;
-  m.request.role = cfg_.role;
-  m.request.store_port = store_ ? store_->port() : 0;
-  m.request.is_host = is_host_;
-  if (rdzv_settings_.static_ranks) m.request.node_rank = cfg_.node_rank;
+  rendezvous::JoinMessage m = join_message();
   rendezvous::Resume r;
   r.round = a.round;
   r.restart_count = a.restart_count;
@@ -321,7 +319,6 @@ void Agent::send_resume() {
   r.outcome = outcome_.value_or(rendezvous::Resume::Outcome::running);
   r.failure = outcome_failure_;
   m.request.resume = r;
-  m.settings = rdzv_settings_;
   join_sent_at_ = std::chrono::steady_clock::now();
   rdzv_->send(rendezvous::to_json(m));
   log::info("[" + cfg_.role + "] resuming round " + std::to_string(a.round) + " of job '" + cfg_.rdzv_id + "' at " +
