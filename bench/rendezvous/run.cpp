@@ -1,14 +1,30 @@
 // bench/rendezvous: N simulated agents in this one process, each its own TCP
-// connection on loopback, join one musterd (started here). Measures
+// connection on loopback, join one musterd (started here, fresh for each size).
+// Measures
 //   1. formation: first connect -> the last agent holding its assignment;
 //   2. loss by leave: one agent says `leave` and closes (as an agent that
 //      exits does) -> the last survivor holding its restart order (a
 //      connection that just breaks keeps its place for the dead-after window,
 //      so it can resume: that loss is the silence one below);
 //   3. loss by silence: one agent stops heartbeating -> the last survivor
-//      holding its restart order, against keep_alive_interval x attempts.
-// Counts the messages the daemon sent, to show they are O(N).
-//   rendezvous_bench MUSTERD [N...]      (default N: 100 1000 10000)
+//      holding its restart order, against keep_alive_interval x attempts;
+//   4. musterd's memory: peak RSS, and RSS gained per agent once formed;
+//   5. the messages and bytes musterd sent the agents while forming, to show
+//      they are O(N).
+// Then many small jobs at once: J jobs of K agents, formation of them all.
+//
+//   rendezvous_bench MUSTERD [N...]      (default N: 100 1000 10000 100000)
+//   rendezvous_bench MUSTERD --jobs J K  (only the many-jobs run)
+//
+// What it sets, so that 100,000 connections fit on one machine:
+//   - RLIMIT_NOFILE raised (soft and, as root, hard) to what the largest size
+//     needs, inherited by musterd;
+//   - each agent binds a source address of its own block of 127.0.0.0/8
+//     (20,000 per address, IP_BIND_ADDRESS_NO_PORT), so the ephemeral port
+//     range (~28,000 ports per source address) never runs out and no run
+//     reuses an address whose ports are still in TIME_WAIT;
+//   - at most kInFlight connects at once (the listen backlog).
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,10 +32,11 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
+#include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -34,20 +51,82 @@ using muster::rendezvous::encode_frame;
 
 namespace {
 
-constexpr int kKeepAliveMs = 1000;
 constexpr int kAttempts = 2;
+// At most kInFlight connects at once: more would overflow the listen backlog
+// (net.core.somaxconn, 4096 here) and the kernel would retry dropped SYNs
+// after a full second, measuring the kernel's timer instead of musterd.
+constexpr int kInFlight = 1024;
+constexpr int kAgentsPerSourceAddress = 20000;
+
+// Heartbeats from every agent every interval/2 are load of their own: 100,000
+// agents at 1 s would send 200,000 a second. The interval grows with the size,
+// as a real deployment of that size would set it (torch's default is 5 s).
+int keep_alive_ms(int n) { return n > 20000 ? 5000 : 1000; }
+
+struct Musterd {
+  pid_t pid = -1;
+  int port = 0;
+
+  static Musterd start(const std::string& path) {
+    Musterd d;
+    int fds[2];
+    if (pipe(fds) != 0) return d;
+    d.pid = fork();
+    if (d.pid == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      // musterd logs every join at INFO; thousands of lines to the console
+      // would be measured with it.
+      setenv("LOGLEVEL", "WARNING", 1);
+      // Each source address carries 20,000 agents: lift the per-address cap.
+      execl(path.c_str(), path.c_str(), "--listen", "127.0.0.1:0", "--max-connections-per-peer", "1000000",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    char line[256] = {0};
+    FILE* out = fdopen(fds[0], "r");
+    if (out && fgets(line, sizeof line, out)) {
+      std::string l(line);
+      d.port = std::stoi(l.substr(l.rfind(':') + 1));
+    }
+    if (out) fclose(out);
+    return d;
+  }
+  // VmRSS or VmHWM in KiB.
+  long status_kib(const char* field) const {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string key;
+    long value = -1;
+    while (in >> key) {
+      if (key == std::string(field) + ":") {
+        in >> value;
+        break;
+      }
+      in.ignore(1 << 12, '\n');
+    }
+    return value;
+  }
+  void stop() {
+    if (pid <= 0) return;
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+};
 
 struct Agent : std::enable_shared_from_this<Agent> {
-  Agent(asio::io_context& io, int id) : socket(io), id(id) {}
+  Agent(asio::io_context& io, int id, std::string job, int n) : socket(io), id(id), job(std::move(job)), n(n) {}
   tcp::socket socket;
   int id;
+  std::string job;
+  int n;  // the job's size
   FrameReader reader;
   std::array<char, 4096> buf{};
   std::string type_seen;
   Clock::time_point when{};
   long messages = 0;
+  long bytes_in = 0;
   bool silent = false;
-  std::function<void(Agent&)> on_message;
 
   void send(const json& j) {
     auto bytes = std::make_shared<std::string>(encode_frame(j));
@@ -65,9 +144,10 @@ struct Agent : std::enable_shared_from_this<Agent> {
   }
   void read() {
     auto self = shared_from_this();
-    socket.async_read_some(asio::buffer(buf), [self](boost::system::error_code ec, std::size_t n) {
+    socket.async_read_some(asio::buffer(buf), [self](boost::system::error_code ec, std::size_t got) {
       if (ec) return;
-      self->reader.feed(std::string_view(self->buf.data(), n));
+      self->bytes_in += static_cast<long>(got);
+      self->reader.feed(std::string_view(self->buf.data(), got));
       while (true) {
         auto f = self->reader.next();
         if (!f.ok() || !f.value()) break;
@@ -75,29 +155,28 @@ struct Agent : std::enable_shared_from_this<Agent> {
         self->type_seen = m["type"];
         self->when = Clock::now();
         ++self->messages;
-        if (self->on_message) self->on_message(*self);
       }
       self->read();
     });
   }
+  json join_message() const {
+    return {{"type", "join"},
+            {"v", 1},
+            {"job", job},
+            {"node", "node" + std::to_string(id)},
+            {"address", "10." + std::to_string(id / 62500) + "." + std::to_string(id / 250 % 250) + "." +
+                            std::to_string(id % 250)},
+            {"local_world_size", 8},
+            {"store_port", 29500},
+            {"settings",
+             {{"min_nodes", std::max(1, n - 2)},
+              {"max_nodes", n},
+              {"keep_alive_interval_ms", keep_alive_ms(n)},
+              {"keep_alive_max_attempt", kAttempts},
+              {"join_timeout_ms", 300000},
+              {"last_call_timeout_ms", 1000}}}};
+  }
 };
-
-json join_message(int id, int n) {
-  return {{"type", "join"},
-          {"v", 1},
-          {"job", "bench" + std::to_string(n)},
-          {"node", "node" + std::to_string(id)},
-          {"address", "10.0." + std::to_string(id / 250) + "." + std::to_string(id % 250)},
-          {"local_world_size", 8},
-          {"store_port", 29500},
-          {"settings",
-           {{"min_nodes", std::max(1, n - 2)},
-            {"max_nodes", n},
-            {"keep_alive_interval_ms", kKeepAliveMs},
-            {"keep_alive_max_attempt", kAttempts},
-            {"join_timeout_ms", 120000},
-            {"last_call_timeout_ms", 1000}}}};
-}
 
 // Runs io until pred() or the deadline; returns whether pred() held.
 template <typename Pred>
@@ -111,141 +190,234 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-void bench(const std::string& host, int port, int n) {
-  asio::io_context io(1);
-  std::vector<std::shared_ptr<Agent>> agents;
-  tcp::endpoint ep(asio::ip::make_address(host), static_cast<uint16_t>(port));
-  auto t0 = Clock::now();
-  int connected = 0;
-  for (int i = 0; i < n; ++i) agents.push_back(std::make_shared<Agent>(io, i));
-  // At most kInFlight connects at once: more would overflow the listen backlog
-  // (net.core.somaxconn, 4096 here) and the kernel would retry dropped SYNs
-  // after a full second, measuring the kernel's timer instead of musterd.
-  constexpr int kInFlight = 1024;
-  int next = 0;
-  std::function<void()> connect_next = [&] {
-    if (next >= n) return;
-    auto a = agents[static_cast<std::size_t>(next++)];
-    a->socket.async_connect(ep, [a, n, &connected, &connect_next](boost::system::error_code ec) {
+using Agents = std::vector<std::shared_ptr<Agent>>;
+
+// Connects every agent (kInFlight at a time) from its source address in
+// block `block` of 127.0.0.0/8 and sends its join. Returns a counter of the
+// failed connects.
+std::shared_ptr<int> connect_all(asio::io_context& io, Agents& agents, int port, int block) {
+  auto failed = std::make_shared<int>(0);
+  auto next = std::make_shared<std::size_t>(0);
+  tcp::endpoint to(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port));
+  auto connect_next = std::make_shared<std::function<void()>>();
+  *connect_next = [&agents, next, to, block, failed, connect_next] {
+    if (*next >= agents.size()) return;
+    std::size_t i = (*next)++;
+    auto a = agents[i];
+    boost::system::error_code ec;
+    a->socket.open(tcp::v4(), ec);
+    int one = 1;
+    if (!ec) setsockopt(a->socket.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    auto slot = static_cast<unsigned>(i) / kAgentsPerSourceAddress;
+    asio::ip::address_v4 from(asio::ip::address_v4::bytes_type{
+        127, static_cast<unsigned char>(block), static_cast<unsigned char>(slot / 250),
+        static_cast<unsigned char>(1 + slot % 250)});
+    if (!ec) a->socket.bind(tcp::endpoint(from, 0), ec);
+    if (ec) {
+      std::fprintf(stderr, "socket/bind failed: %s\n", ec.message().c_str());
+      ++*failed;
+      return;
+    }
+    a->socket.async_connect(to, [a, failed, connect_next](boost::system::error_code ec) {
       if (ec) {
         std::fprintf(stderr, "connect failed: %s\n", ec.message().c_str());
+        ++*failed;
         return;
       }
-      ++connected;
       a->socket.set_option(tcp::no_delay(true));
       a->read();
-      a->send(join_message(a->id, n));
-      connect_next();
+      a->send(a->join_message());
+      (*connect_next)();
     });
   };
-  for (int i = 0; i < std::min(n, kInFlight); ++i) connect_next();
-  auto assigned = [&] {
-    for (auto& a : agents) if (a->type_seen != "assign") return false;
-    return true;
-  };
-  if (!run_until(io, assigned, std::chrono::seconds(120))) {
-    std::map<std::string, int> seen;
-    for (auto& a : agents) seen[a->type_seen.empty() ? "(nothing)" : a->type_seen]++;
-    std::printf("N=%d: formation did not complete (%d connected):", n, connected);
-    for (auto& [t, c] : seen) std::printf(" %s=%d", t.c_str(), c);
-    std::printf("\n");
+  for (std::size_t i = 0; i < std::min(agents.size(), static_cast<std::size_t>(kInFlight)); ++i) (*connect_next)();
+  return failed;
+}
+
+bool all_saw(const Agents& agents, std::size_t from, const char* type) {
+  for (std::size_t i = from; i < agents.size(); ++i)
+    if (agents[i]->type_seen != type) return false;
+  return true;
+}
+
+Clock::time_point last_message(const Agents& agents, std::size_t from) {
+  Clock::time_point l{};
+  for (std::size_t i = from; i < agents.size(); ++i) l = std::max(l, agents[i]->when);
+  return l;
+}
+
+void report_stuck(const Agents& agents, const char* what) {
+  std::map<std::string, int> seen;
+  for (auto& a : agents) seen[a->type_seen.empty() ? "(nothing)" : a->type_seen]++;
+  std::printf("  %s did not complete:", what);
+  for (auto& [t, c] : seen) std::printf(" %s=%d", t.c_str(), c);
+  std::printf("\n");
+}
+
+void bench(const std::string& musterd_path, int n, int block) {
+  auto d = Musterd::start(musterd_path);
+  if (d.port == 0) {
+    std::printf("musterd did not start\n");
     return;
   }
-  Clock::time_point last{};
-  for (auto& a : agents) last = std::max(last, a->when);
-  double formation = ms_between(t0, last);
-  long msgs = 0;
-  for (auto& a : agents) msgs += a->messages;
+  long rss_before = d.status_kib("VmRSS");
+  asio::io_context io(1);
+  Agents agents;
+  agents.reserve(static_cast<std::size_t>(n));
+  const std::string job = "bench" + std::to_string(n);
+  for (int i = 0; i < n; ++i) agents.push_back(std::make_shared<Agent>(io, i, job, n));
+  auto t0 = Clock::now();
+  auto failed = connect_all(io, agents, d.port, block);
+  const auto limit = std::chrono::seconds(120 + n / 500);
+  if (!run_until(io, [&] { return *failed > 0 || all_saw(agents, 0, "assign"); }, limit) || *failed > 0) {
+    report_stuck(agents, ("N=" + std::to_string(n) + " formation").c_str());
+    d.stop();
+    return;
+  }
+  double formation = ms_between(t0, last_message(agents, 0));
+  long msgs = 0, bytes = 0;
+  for (auto& a : agents) msgs += a->messages, bytes += a->bytes_in;
+  long rss_formed = d.status_kib("VmRSS");
 
-  // Heartbeats from everyone but the silent one.
+  const int keep_alive = keep_alive_ms(n);
+  // Heartbeats from everyone but the silent ones.
   asio::steady_timer beat(io);
   std::function<void()> heartbeat = [&] {
-    for (auto& a : agents) if (!a->silent && a->socket.is_open()) a->send({{"type", "heartbeat"}, {"v", 1}});
-    beat.expires_after(std::chrono::milliseconds(kKeepAliveMs / 2));
-    beat.async_wait([&](boost::system::error_code ec) { if (!ec) heartbeat(); });
+    for (auto& a : agents)
+      if (!a->silent && a->socket.is_open()) a->send({{"type", "heartbeat"}, {"v", 1}});
+    beat.expires_after(std::chrono::milliseconds(keep_alive / 2));
+    beat.async_wait([&](boost::system::error_code ec) {
+      if (!ec) heartbeat();
+    });
   };
   heartbeat();
 
   // 2. Loss by leave: agent 0 goes away.
-  auto restarted = [&](std::size_t from) {
-    return [&, from] {
-      for (std::size_t i = from; i < agents.size(); ++i) if (agents[i]->type_seen != "restart") return false;
-      return true;
-    };
-  };
   auto t_drop = Clock::now();
   agents[0]->leave();
-  double drop_ms = -1;
-  if (run_until(io, restarted(1), std::chrono::seconds(60))) {
-    Clock::time_point l{};
-    for (std::size_t i = 1; i < agents.size(); ++i) l = std::max(l, agents[i]->when);
-    drop_ms = ms_between(t_drop, l);
-  }
+  double leave_ms = -1;
+  if (run_until(io, [&] { return all_saw(agents, 1, "restart"); }, std::chrono::seconds(60)))
+    leave_ms = ms_between(t_drop, last_message(agents, 1));
+  else
+    report_stuck(agents, "loss by leave");
   // The survivors re-form (min is N-2), after the last call.
   for (std::size_t i = 1; i < agents.size(); ++i) {
     agents[i]->type_seen.clear();
-    agents[i]->send(join_message(agents[i]->id, n));
+    agents[i]->send(agents[i]->join_message());
   }
-  auto reassigned = [&] {
-    for (std::size_t i = 1; i < agents.size(); ++i) if (agents[i]->type_seen != "assign") return false;
-    return true;
-  };
   double silence_ms = -1;
-  if (run_until(io, reassigned, std::chrono::seconds(60))) {
+  if (run_until(io, [&] { return all_saw(agents, 1, "assign"); }, std::chrono::seconds(60))) {
     // 3. Loss by silence: agent 1 stops heartbeating (its connection stays open).
     agents[1]->silent = true;
     auto t_silent = Clock::now();
-    if (run_until(io, restarted(2), std::chrono::seconds(60))) {
-      Clock::time_point l{};
-      for (std::size_t i = 2; i < agents.size(); ++i) l = std::max(l, agents[i]->when);
-      silence_ms = ms_between(t_silent, l);
-    }
+    if (run_until(io, [&] { return all_saw(agents, 2, "restart"); }, std::chrono::seconds(60 + 4 * keep_alive / 1000)))
+      silence_ms = ms_between(t_silent, last_message(agents, 2));
+    else
+      report_stuck(agents, "loss by silence");
+  } else {
+    report_stuck(agents, "re-formation");
   }
   beat.cancel();
-  std::printf("%-8d %14.1f %14ld %18.1f %20.1f %12d\n", n, formation, msgs, drop_ms, silence_ms,
-              kKeepAliveMs * kAttempts);
+  long peak = d.status_kib("VmHWM");
+  std::printf("%-8d %13.1f %10ld %12ld %16.1f %18.1f %16d %13.1f %15.2f\n", n, formation, msgs, bytes, leave_ms,
+              silence_ms, keep_alive * kAttempts, peak / 1024.0,
+              static_cast<double>(rss_formed - rss_before) / n);
   std::fflush(stdout);
+  agents.clear();
+  io.run_for(std::chrono::milliseconds(50));
+  d.stop();
+}
+
+// J jobs of K agents each at once: the time until every agent of every job
+// holds its assignment.
+void many_jobs(const std::string& musterd_path, int jobs, int k, int block) {
+  auto d = Musterd::start(musterd_path);
+  if (d.port == 0) {
+    std::printf("musterd did not start\n");
+    return;
+  }
+  long rss_before = d.status_kib("VmRSS");
+  asio::io_context io(1);
+  Agents agents;
+  for (int j = 0; j < jobs; ++j)
+    for (int i = 0; i < k; ++i)
+      agents.push_back(std::make_shared<Agent>(io, j * k + i, "job" + std::to_string(j), k));
+  auto t0 = Clock::now();
+  auto failed = connect_all(io, agents, d.port, block);
+  if (!run_until(io, [&] { return *failed > 0 || all_saw(agents, 0, "assign"); }, std::chrono::seconds(120)) ||
+      *failed > 0) {
+    report_stuck(agents, "many jobs formation");
+    d.stop();
+    return;
+  }
+  double formation = ms_between(t0, last_message(agents, 0));
+  long msgs = 0, bytes = 0;
+  for (auto& a : agents) msgs += a->messages, bytes += a->bytes_in;
+  long rss = d.status_kib("VmRSS");
+  std::printf("%d jobs x %d agents: all formed in %.1f ms; %ld messages, %ld bytes to agents; musterd RSS +%.1f MiB "
+              "(%.2f KiB per agent)\n",
+              jobs, k, formation, msgs, bytes, (rss - rss_before) / 1024.0,
+              static_cast<double>(rss - rss_before) / static_cast<double>(agents.size()));
+  agents.clear();
+  io.run_for(std::chrono::milliseconds(50));
+  d.stop();
+}
+
+// Raises the descriptor limit to `want` (musterd inherits it). Returns the
+// soft limit in force.
+rlim_t raise_nofile(rlim_t want) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
+  if (lim.rlim_max < want) {
+    rlimit more{want, want};
+    if (setrlimit(RLIMIT_NOFILE, &more) == 0) return want;  // root (CAP_SYS_RESOURCE)
+  }
+  lim.rlim_cur = std::min(want, lim.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &lim);
+  getrlimit(RLIMIT_NOFILE, &lim);
+  return lim.rlim_cur;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: rendezvous_bench MUSTERD [N...]\n");
+    std::fprintf(stderr, "usage: rendezvous_bench MUSTERD [N...] | MUSTERD --jobs J K\n");
     return 2;
   }
-  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
+  std::string musterd = argv[1];
   std::vector<int> sizes;
-  for (int i = 2; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
-  if (sizes.empty()) sizes = {100, 1000, 10000};
-
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    // musterd logs every join at INFO; thousands of lines to the console would
-    // be measured with it.
-    setenv("LOGLEVEL", "WARNING", 1);
-    // Every simulated agent comes from 127.0.0.1: lift the per-address cap.
-    execl(argv[1], argv[1], "--listen", "127.0.0.1:0", "--max-connections-per-peer", "1000000",
-          static_cast<char*>(nullptr));
-    _exit(127);
+  int jobs = 1000, per_job = 4;
+  bool only_jobs = argc >= 3 && std::string(argv[2]) == "--jobs";
+  if (only_jobs) {
+    if (argc != 5) return 2;
+    jobs = std::atoi(argv[3]);
+    per_job = std::atoi(argv[4]);
+  } else {
+    for (int i = 2; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+    if (sizes.empty()) sizes = {100, 1000, 10000, 100000};
   }
-  close(fds[1]);
-  char line[256] = {0};
-  FILE* out = fdopen(fds[0], "r");
-  if (!out || !fgets(line, sizeof line, out)) return 1;
-  std::string l(line);
-  int port = std::stoi(l.substr(l.rfind(':') + 1));
-  std::printf("musterd on 127.0.0.1:%d; keep_alive_interval %d ms x %d attempts\n", port, kKeepAliveMs, kAttempts);
-  std::printf("%-8s %14s %14s %18s %20s %12s\n", "agents", "formation_ms", "msgs_to_agents", "loss_by_leave_ms",
-              "loss_by_silence_ms", "silence_bound_ms");
-  for (int n : sizes) bench("127.0.0.1", port, n);
-  kill(pid, SIGTERM);
-  waitpid(pid, nullptr, 0);
+  int largest = jobs * per_job;
+  for (int n : sizes) largest = std::max(largest, n);
+  // One descriptor per agent here and one in musterd, plus slack.
+  auto want = static_cast<rlim_t>(largest) + 4096;
+  rlim_t got = raise_nofile(want);
+  std::printf("RLIMIT_NOFILE %llu (needs %llu); source addresses 127.B.x.y, %d agents each; %d connects in flight\n",
+              static_cast<unsigned long long>(got), static_cast<unsigned long long>(want), kAgentsPerSourceAddress,
+              kInFlight);
+  if (got < want) {
+    std::printf("the descriptor limit is too low for %d agents: run as root, or raise the hard limit (ulimit -Hn)\n",
+                largest);
+    return 1;
+  }
+  int block = 1;
+  if (!only_jobs) {
+    std::printf("keep_alive_interval 1 s (5 s above 20,000 agents) x %d attempts; musterd fresh for each size\n",
+                kAttempts);
+    std::printf("%-8s %13s %10s %12s %16s %18s %16s %13s %15s\n", "agents", "formation_ms", "messages", "bytes",
+                "loss_by_leave_ms", "loss_by_silence_ms", "silence_bound_ms", "peak_rss_MiB", "KiB_per_agent");
+    for (int n : sizes) bench(musterd, n, block++);
+  }
+  many_jobs(musterd, jobs, per_job, block++);
   return 0;
 }

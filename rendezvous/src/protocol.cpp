@@ -33,7 +33,9 @@ Result<std::optional<std::string>> FrameReader::next() {
   std::string payload = buffer_.substr(offset_ + 4, n);
   offset_ += 4 + n;
   if (offset_ == buffer_.size()) {
-    buffer_.clear();
+    // An idle connection keeps no memory from an earlier large frame.
+    if (buffer_.capacity() > 65536) std::string().swap(buffer_);
+    else buffer_.clear();
     offset_ = 0;
   } else if (offset_ > 65536 && offset_ * 2 > buffer_.size()) {
     buffer_.erase(0, offset_);

@@ -93,14 +93,15 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
 
  private:
   static asio::awaitable<void> read_loop(std::shared_ptr<Session> self) {
-    std::array<char, 16384> buf{};
     try {
       bool first = true;
       while (!self->closed_ && !self->close_after_write_) {
         if (!first) {
-          std::size_t n = co_await self->socket_.async_read_some(asio::buffer(buf), asio::use_awaitable);
+          boost::system::error_code ec;
+          auto bytes = co_await net::read_available(self->socket_, ec);
           if (!*self->alive_) co_return;
-          self->reader_.feed(std::string_view(buf.data(), n));
+          if (ec) break;  // the peer went away
+          self->reader_.feed(bytes);
         }
         first = false;
         while (!self->closed_ && !self->close_after_write_) {

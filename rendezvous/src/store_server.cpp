@@ -83,7 +83,6 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   }
 
   static asio::awaitable<void> read_loop(std::shared_ptr<Session> self) {
-    std::array<char, 65536> buf{};
     boost::system::error_code ec;
     while (!self->closed_) {
       // Back-pressure: a client that does not read its replies is not read either.
@@ -94,12 +93,11 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       }
       if (self->closed_) break;
       if (!self->held_back_) {
-        std::size_t n =
-            co_await self->socket_.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
+        auto bytes = co_await net::read_available(self->socket_, ec);
         if (!*self->alive_) co_return;
         if (ec || self->closed_) break;  // the peer went away, or reset() meanwhile
         try {
-          self->in_.append(buf.data(), n);
+          self->in_.append(bytes);
         } catch (const std::exception& e) {
           log::warning(std::string("store: closing a connection: ") + e.what());
           self->close();
@@ -161,7 +159,9 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       }
     }
     if (in_pos_ == in_.size()) {
-      in_.clear();
+      // A connection that once sent a large value does not keep its memory.
+      if (in_.capacity() > kCompactAt) std::string().swap(in_);
+      else in_.clear();
       in_pos_ = 0;
     } else if (in_pos_ >= kCompactAt) {
       in_.erase(0, in_pos_);

@@ -1,6 +1,9 @@
 #include "muster/rendezvous/tcp_util.hpp"
 
+#include <array>
 #include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
 #include "muster/common/log.hpp"
@@ -62,6 +65,30 @@ void accept_forever(tcp::acceptor& acceptor, asio::steady_timer& retry, std::sha
   });
 }
 
+namespace {
+// One read takes at most this much; the rest stays in the kernel for the next.
+constexpr std::size_t kReadChunk = 64 * 1024;
+// A queue that once held a large reply gives its memory back after writing it.
+constexpr std::size_t kKeepWriteCapacity = 64 * 1024;
+}  // namespace
+
+asio::awaitable<std::string_view> read_available(tcp::socket& socket, boost::system::error_code& ec) {
+  thread_local std::array<char, kReadChunk> scratch;
+  ec.clear();
+  if (!socket.non_blocking()) {
+    socket.non_blocking(true, ec);
+    if (ec) co_return std::string_view();
+  }
+  while (true) {
+    std::size_t n = socket.read_some(asio::buffer(scratch), ec);
+    if (!ec) co_return std::string_view(scratch.data(), n);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) co_return std::string_view();
+    ec.clear();
+    co_await socket.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return std::string_view();
+  }
+}
+
 void WriteQueue::flush(tcp::socket& socket, std::shared_ptr<void> keep_alive,
                        std::function<void(const boost::system::error_code&)> done) {
   if (writing_ || pending_.empty()) return;
@@ -71,6 +98,7 @@ void WriteQueue::flush(tcp::socket& socket, std::shared_ptr<void> keep_alive,
   asio::async_write(socket, asio::buffer(sending_),
                     [this, &socket, keep_alive, done](const boost::system::error_code& ec, std::size_t) {
                       writing_ = false;
+                      if (sending_.capacity() > kKeepWriteCapacity) std::string().swap(sending_);
                       if (ec || pending_.empty()) return done(ec);
                       flush(socket, keep_alive, done);
                     });
