@@ -13,14 +13,14 @@
 //      they are O(N).
 // Then many small jobs at once: J jobs of K agents, formation of them all.
 //
-//   rendezvous_bench MUSTERD [N...]      (default N: 100 1000 10000 100000)
+//   rendezvous_bench MUSTERD [N...]      (default N: 100 1000 10000 19000; 100000 where the descriptor limit allows)
 //   rendezvous_bench MUSTERD --jobs J K  (only the many-jobs run)
 //
 // What it sets, so that 100,000 connections fit on one machine:
 //   - RLIMIT_NOFILE raised (soft and, as root, hard) to what the largest size
 //     needs, inherited by musterd;
 //   - each agent binds a source address of its own block of 127.0.0.0/8
-//     (20,000 per address, IP_BIND_ADDRESS_NO_PORT), so the ephemeral port
+//     (4,000 per address, IP_BIND_ADDRESS_NO_PORT), so the ephemeral port
 //     range (~28,000 ports per source address) never runs out and no run
 //     reuses an address whose ports are still in TIME_WAIT;
 //   - at most kInFlight connects at once (the listen backlog).
@@ -56,7 +56,7 @@ constexpr int kAttempts = 2;
 // (net.core.somaxconn, 4096 here) and the kernel would retry dropped SYNs
 // after a full second, measuring the kernel's timer instead of musterd.
 constexpr int kInFlight = 1024;
-constexpr int kAgentsPerSourceAddress = 20000;
+constexpr int kAgentsPerSourceAddress = 4000;
 
 // Heartbeats from every agent every interval/2 are load of their own: 100,000
 // agents at 1 s would send 200,000 a second. The interval grows with the size,
@@ -395,12 +395,12 @@ int main(int argc, char** argv) {
     per_job = std::atoi(argv[4]);
   } else {
     for (int i = 2; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
-    if (sizes.empty()) sizes = {100, 1000, 10000, 100000};
+    if (sizes.empty()) sizes = {100, 1000, 10000, 19000};
   }
   int largest = jobs * per_job;
   for (int n : sizes) largest = std::max(largest, n);
   // One descriptor per agent here and one in musterd, plus slack.
-  auto want = static_cast<rlim_t>(largest) + 4096;
+  auto want = static_cast<rlim_t>(largest) + 256;
   rlim_t got = raise_nofile(want);
   std::printf("RLIMIT_NOFILE %llu (needs %llu); source addresses 127.B.x.y, %d agents each; %d connects in flight\n",
               static_cast<unsigned long long>(got), static_cast<unsigned long long>(want), kAgentsPerSourceAddress,
