@@ -3,7 +3,9 @@ init_process_group and the gloo/NCCL set-up ask of the store (see
 init_storm.cpp), against muster's store and against torch's own TCPStore
 server (its libuv backend) in the same run. Prints, per N and per server, the
 time to the last rank through the barrier and to the last rank done, requests
-per second and the server's peak RSS, and torch's time over muster's.
+per second, the server's peak RSS, the handshakes redone after going
+unanswered for 10 s (as torch's client redoes them), and torch's time over
+muster's.
 
   .venv/bin/python bench/store/init_storm.py [BUILD_DIR] [N...]
 (default: build, N = 1000 10000 and the largest the descriptor limit allows)
@@ -75,7 +77,7 @@ def main():
     print(f"RLIMIT_NOFILE {hard} (hard): at most {largest} ranks here; each rank: VALIDATE+PING, ADD init/, "
           "SET address, barrier (ADD + WAIT), WAIT+MULTI_GET of 2 peers, WAIT+GET, CHECK")
     head = (f"{'ranks':>7} {'server':>7} {'barrier_ms':>11} {'done_ms':>9} {'req/s':>10} "
-            f"{'peak_rss_MiB':>13} {'KiB/rank':>9} {'torch/muster':>13}")
+            f"{'peak_rss_MiB':>13} {'KiB/rank':>9} {'retries':>8} {'torch/muster':>13}")
     print(head)
     block = 1
     for n in sizes:
@@ -94,7 +96,7 @@ def main():
             if name == "torch" and rows["muster"].get("done") == n:
                 ratio = f"{r['done_ms'] / rows['muster']['done_ms']:>12.1f}x"
             print(f"{n:>7} {name:>7} {r['barrier_ms']:>11.1f} {r['done_ms']:>9.1f} {rps:>10.0f} "
-                  f"{r['peak_rss_mib']:>13.1f} {per_rank:>9.2f} {ratio:>13}", flush=True)
+                  f"{r['peak_rss_mib']:>13.1f} {per_rank:>9.2f} {r['handshake_retries']:>8} {ratio:>13}", flush=True)
 
 
 main()
