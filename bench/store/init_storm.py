@@ -4,7 +4,7 @@ init_storm.cpp), against muster's store and against torch's own TCPStore
 server (its libuv backend) in the same run. Prints, per N and per server, the
 time to the last rank through the barrier and to the last rank done, requests
 per second, the server's peak RSS, the handshakes redone after going
-unanswered for 10 s (as torch's client redoes them), and torch's time over
+unanswered for 10 s, and torch's time over
 muster's.
 
   .venv/bin/python bench/store/init_storm.py [BUILD_DIR] [N...]
