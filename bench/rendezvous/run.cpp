@@ -19,12 +19,10 @@
 // What it sets, so that 100,000 connections fit on one machine:
 //   - RLIMIT_NOFILE raised (soft and, as root, hard) to what the largest size
 //     needs, inherited by musterd;
-//   - each agent binds a source address of its own block of 127.0.0.0/8
-//     (4,000 per address, IP_BIND_ADDRESS_NO_PORT), so the ephemeral port
-//     range (~28,000 ports per source address) never runs out and no run
+//   - each agent binds a source address of its run's block of 127.0.0.0/8
+//     (loopback_source.hpp), so the ephemeral ports never run out and no run
 //     reuses an address whose ports are still in TIME_WAIT;
 //   - at most kInFlight connects at once (the listen backlog).
-#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "loopback_source.hpp"
 #include "muster/rendezvous/protocol.hpp"
 
 namespace asio = boost::asio;
@@ -56,7 +55,6 @@ constexpr int kAttempts = 2;
 // (net.core.somaxconn, 4096 here) and the kernel would retry dropped SYNs
 // after a full second, measuring the kernel's timer instead of musterd.
 constexpr int kInFlight = 1024;
-constexpr int kAgentsPerSourceAddress = 4000;
 
 // Heartbeats from every agent every interval/2 are load of their own: 100,000
 // agents at 1 s would send 200,000 a second. The interval grows with the size,
@@ -114,20 +112,31 @@ struct Musterd {
   }
 };
 
+// How many agents hold each message type as their latest: the runs wait on
+// these counts instead of scanning every agent.
+using Tally = std::map<std::string, int>;
+
 struct Agent : std::enable_shared_from_this<Agent> {
-  Agent(asio::io_context& io, int id, std::string job, int n) : socket(io), id(id), job(std::move(job)), n(n) {}
+  Agent(asio::io_context& io, Tally& tally, int id, std::string job, int n)
+      : socket(io), tally(tally), id(id), job(std::move(job)), n(n) {}
   tcp::socket socket;
+  Tally& tally;
   int id;
   std::string job;
   int n;  // the job's size
   FrameReader reader;
   std::array<char, 4096> buf{};
-  std::string type_seen;
+  std::string type_seen;  // set through saw()
   Clock::time_point when{};
   long messages = 0;
   long bytes_in = 0;
   bool silent = false;
 
+  void saw(const std::string& type) {
+    if (!type_seen.empty()) --tally[type_seen];
+    type_seen = type;
+    if (!type_seen.empty()) ++tally[type_seen];
+  }
   void send(const json& j) {
     auto bytes = std::make_shared<std::string>(encode_frame(j));
     asio::async_write(socket, asio::buffer(*bytes), [bytes](auto, auto) {});
@@ -152,7 +161,7 @@ struct Agent : std::enable_shared_from_this<Agent> {
         auto f = self->reader.next();
         if (!f.ok() || !f.value()) break;
         auto m = json::parse(*f.value());
-        self->type_seen = m["type"];
+        self->saw(m["type"].get<std::string>());
         self->when = Clock::now();
         ++self->messages;
       }
@@ -192,52 +201,14 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 using Agents = std::vector<std::shared_ptr<Agent>>;
 
-// Connects every agent (kInFlight at a time) from its source address in
-// block `block` of 127.0.0.0/8 and sends its join. Returns a counter of the
-// failed connects.
-std::shared_ptr<int> connect_all(asio::io_context& io, Agents& agents, int port, int block) {
-  auto failed = std::make_shared<int>(0);
-  auto next = std::make_shared<std::size_t>(0);
-  tcp::endpoint to(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port));
-  auto connect_next = std::make_shared<std::function<void()>>();
-  *connect_next = [&agents, next, to, block, failed, connect_next] {
-    if (*next >= agents.size()) return;
-    std::size_t i = (*next)++;
-    auto a = agents[i];
-    boost::system::error_code ec;
-    a->socket.open(tcp::v4(), ec);
-    int one = 1;
-    if (!ec) setsockopt(a->socket.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-    auto slot = static_cast<unsigned>(i) / kAgentsPerSourceAddress;
-    asio::ip::address_v4 from(asio::ip::address_v4::bytes_type{
-        127, static_cast<unsigned char>(block), static_cast<unsigned char>(slot / 250),
-        static_cast<unsigned char>(1 + slot % 250)});
-    if (!ec) a->socket.bind(tcp::endpoint(from, 0), ec);
-    if (ec) {
-      std::fprintf(stderr, "socket/bind failed: %s\n", ec.message().c_str());
-      ++*failed;
-      return;
-    }
-    a->socket.async_connect(to, [a, failed, connect_next](boost::system::error_code ec) {
-      if (ec) {
-        std::fprintf(stderr, "connect failed: %s\n", ec.message().c_str());
-        ++*failed;
-        return;
-      }
-      a->socket.set_option(tcp::no_delay(true));
-      a->read();
-      a->send(a->join_message());
-      (*connect_next)();
-    });
-  };
-  for (std::size_t i = 0; i < std::min(agents.size(), static_cast<std::size_t>(kInFlight)); ++i) (*connect_next)();
-  return failed;
-}
-
+// Whether every agent from index `from` on holds `type` as its latest message.
 bool all_saw(const Agents& agents, std::size_t from, const char* type) {
-  for (std::size_t i = from; i < agents.size(); ++i)
-    if (agents[i]->type_seen != type) return false;
-  return true;
+  if (agents.empty()) return true;
+  auto it = agents.front()->tally.find(type);
+  std::size_t have = it == agents.front()->tally.end() ? 0 : static_cast<std::size_t>(it->second);
+  for (std::size_t i = 0; i < from && i < agents.size(); ++i)
+    if (agents[i]->type_seen == type) --have;
+  return have >= agents.size() - from;
 }
 
 Clock::time_point last_message(const Agents& agents, std::size_t from) {
@@ -254,30 +225,84 @@ void report_stuck(const Agents& agents, const char* what) {
   std::printf("\n");
 }
 
-void bench(const std::string& musterd_path, int n, int block) {
-  auto d = Musterd::start(musterd_path);
-  if (d.port == 0) {
-    std::printf("musterd did not start\n");
-    return;
-  }
-  long rss_before = d.status_kib("VmRSS");
-  asio::io_context io(1);
+// One fresh musterd and the agents that join it.
+struct Formation {
+  Musterd d;
+  asio::io_context io{1};
+  Tally tally;
   Agents agents;
-  agents.reserve(static_cast<std::size_t>(n));
-  const std::string job = "bench" + std::to_string(n);
-  for (int i = 0; i < n; ++i) agents.push_back(std::make_shared<Agent>(io, i, job, n));
-  auto t0 = Clock::now();
-  auto failed = connect_all(io, agents, d.port, block);
-  const auto limit = std::chrono::seconds(120 + n / 500);
-  if (!run_until(io, [&] { return *failed > 0 || all_saw(agents, 0, "assign"); }, limit) || *failed > 0) {
-    report_stuck(agents, ("N=" + std::to_string(n) + " formation").c_str());
-    d.stop();
-    return;
+  long rss_before = 0;
+  // Filled by form():
+  double formation_ms = -1;
+  long messages = 0, bytes = 0;
+  long rss_formed = 0;
+
+  bool start(const std::string& musterd_path) {
+    d = Musterd::start(musterd_path);
+    if (d.port == 0) std::printf("musterd did not start\n");
+    rss_before = d.status_kib("VmRSS");
+    return d.port != 0;
   }
-  double formation = ms_between(t0, last_message(agents, 0));
-  long msgs = 0, bytes = 0;
-  for (auto& a : agents) msgs += a->messages, bytes += a->bytes_in;
-  long rss_formed = d.status_kib("VmRSS");
+  void add(int id, const std::string& job, int n) { agents.push_back(std::make_shared<Agent>(io, tally, id, job, n)); }
+  // Connects every agent (kInFlight at a time) from its source address in
+  // `block`, each sending its join, and waits until all hold an assignment.
+  bool form(int block, std::chrono::seconds limit, const std::string& what) {
+    auto t0 = Clock::now();
+    tcp::endpoint to(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(d.port));
+    for (std::size_t i = 0; i < std::min(agents.size(), static_cast<std::size_t>(kInFlight)); ++i)
+      connect_next(to, block);
+    if (!run_until(io, [&] { return failed_ > 0 || all_saw(agents, 0, "assign"); }, limit) || failed_ > 0) {
+      report_stuck(agents, what.c_str());
+      return false;
+    }
+    formation_ms = ms_between(t0, last_message(agents, 0));
+    for (auto& a : agents) messages += a->messages, bytes += a->bytes_in;
+    rss_formed = d.status_kib("VmRSS");
+    return true;
+  }
+  ~Formation() {
+    agents.clear();
+    io.run_for(std::chrono::milliseconds(50));
+    d.stop();
+  }
+
+ private:
+  void connect_next(const tcp::endpoint& to, int block) {
+    if (next_ >= agents.size()) return;
+    std::size_t i = next_++;
+    auto a = agents[i];
+    boost::system::error_code ec;
+    bench::bind_loopback_source(a->socket, static_cast<unsigned>(block), static_cast<unsigned>(i), ec);
+    if (ec) {
+      std::fprintf(stderr, "socket/bind failed: %s\n", ec.message().c_str());
+      ++failed_;
+      return;
+    }
+    a->socket.async_connect(to, [this, a, to, block](boost::system::error_code ec) {
+      if (ec) {
+        std::fprintf(stderr, "connect failed: %s\n", ec.message().c_str());
+        ++failed_;
+        return;
+      }
+      a->socket.set_option(tcp::no_delay(true));
+      a->read();
+      a->send(a->join_message());
+      connect_next(to, block);
+    });
+  }
+  std::size_t next_ = 0;
+  int failed_ = 0;
+};
+
+void one_job(const std::string& musterd_path, int n, int block) {
+  Formation f;
+  if (!f.start(musterd_path)) return;
+  f.agents.reserve(static_cast<std::size_t>(n));
+  const std::string job = "bench" + std::to_string(n);
+  for (int i = 0; i < n; ++i) f.add(i, job, n);
+  if (!f.form(block, std::chrono::seconds(120 + n / 500), "N=" + std::to_string(n) + " formation")) return;
+  auto& io = f.io;
+  auto& agents = f.agents;
 
   const int keep_alive = keep_alive_ms(n);
   // Heartbeats from everyone but the silent ones.
@@ -302,7 +327,7 @@ void bench(const std::string& musterd_path, int n, int block) {
     report_stuck(agents, "loss by leave");
   // The survivors re-form (min is N-2), after the last call.
   for (std::size_t i = 1; i < agents.size(); ++i) {
-    agents[i]->type_seen.clear();
+    agents[i]->saw("");
     agents[i]->send(agents[i]->join_message());
   }
   double silence_ms = -1;
@@ -318,49 +343,26 @@ void bench(const std::string& musterd_path, int n, int block) {
     report_stuck(agents, "re-formation");
   }
   beat.cancel();
-  long peak = d.status_kib("VmHWM");
-  std::printf("%-8d %13.1f %10ld %12ld %16.1f %18.1f %16d %13.1f %15.2f\n", n, formation, msgs, bytes, leave_ms,
-              silence_ms, keep_alive * kAttempts, peak / 1024.0,
-              static_cast<double>(rss_formed - rss_before) / n);
+  long peak = f.d.status_kib("VmHWM");
+  std::printf("%-8d %13.1f %10ld %12ld %16.1f %18.1f %16d %13.1f %15.2f\n", n, f.formation_ms, f.messages, f.bytes,
+              leave_ms, silence_ms, keep_alive * kAttempts, peak / 1024.0,
+              static_cast<double>(f.rss_formed - f.rss_before) / n);
   std::fflush(stdout);
-  agents.clear();
-  io.run_for(std::chrono::milliseconds(50));
-  d.stop();
 }
 
 // J jobs of K agents each at once: the time until every agent of every job
 // holds its assignment.
 void many_jobs(const std::string& musterd_path, int jobs, int k, int block) {
-  auto d = Musterd::start(musterd_path);
-  if (d.port == 0) {
-    std::printf("musterd did not start\n");
-    return;
-  }
-  long rss_before = d.status_kib("VmRSS");
-  asio::io_context io(1);
-  Agents agents;
+  Formation f;
+  if (!f.start(musterd_path)) return;
   for (int j = 0; j < jobs; ++j)
-    for (int i = 0; i < k; ++i)
-      agents.push_back(std::make_shared<Agent>(io, j * k + i, "job" + std::to_string(j), k));
-  auto t0 = Clock::now();
-  auto failed = connect_all(io, agents, d.port, block);
-  if (!run_until(io, [&] { return *failed > 0 || all_saw(agents, 0, "assign"); }, std::chrono::seconds(120)) ||
-      *failed > 0) {
-    report_stuck(agents, "many jobs formation");
-    d.stop();
-    return;
-  }
-  double formation = ms_between(t0, last_message(agents, 0));
-  long msgs = 0, bytes = 0;
-  for (auto& a : agents) msgs += a->messages, bytes += a->bytes_in;
-  long rss = d.status_kib("VmRSS");
+    for (int i = 0; i < k; ++i) f.add(j * k + i, "job" + std::to_string(j), k);
+  if (!f.form(block, std::chrono::seconds(120), "many jobs formation")) return;
+  double gained = static_cast<double>(f.rss_formed - f.rss_before);
   std::printf("%d jobs x %d agents: all formed in %.1f ms; %ld messages, %ld bytes to agents; musterd RSS +%.1f MiB "
               "(%.2f KiB per agent)\n",
-              jobs, k, formation, msgs, bytes, (rss - rss_before) / 1024.0,
-              static_cast<double>(rss - rss_before) / static_cast<double>(agents.size()));
-  agents.clear();
-  io.run_for(std::chrono::milliseconds(50));
-  d.stop();
+              jobs, k, f.formation_ms, f.messages, f.bytes, gained / 1024.0,
+              gained / static_cast<double>(f.agents.size()));
 }
 
 // Raises the descriptor limit to `want` (musterd inherits it). Returns the
@@ -402,8 +404,8 @@ int main(int argc, char** argv) {
   // One descriptor per agent here and one in musterd, plus slack.
   auto want = static_cast<rlim_t>(largest) + 256;
   rlim_t got = raise_nofile(want);
-  std::printf("RLIMIT_NOFILE %llu (needs %llu); source addresses 127.B.x.y, %d agents each; %d connects in flight\n",
-              static_cast<unsigned long long>(got), static_cast<unsigned long long>(want), kAgentsPerSourceAddress,
+  std::printf("RLIMIT_NOFILE %llu (needs %llu); source addresses 127.B.x.y, %u agents each; %d connects in flight\n",
+              static_cast<unsigned long long>(got), static_cast<unsigned long long>(want), bench::kPerSourceAddress,
               kInFlight);
   if (got < want) {
     std::printf("the descriptor limit is too low for %d agents: run as root, or raise the hard limit (ulimit -Hn)\n",
@@ -416,7 +418,7 @@ int main(int argc, char** argv) {
                 kAttempts);
     std::printf("%-8s %13s %10s %12s %16s %18s %16s %13s %15s\n", "agents", "formation_ms", "messages", "bytes",
                 "loss_by_leave_ms", "loss_by_silence_ms", "silence_bound_ms", "peak_rss_MiB", "KiB_per_agent");
-    for (int n : sizes) bench(musterd, n, block++);
+    for (int n : sizes) one_job(musterd, n, block++);
   }
   many_jobs(musterd, jobs, per_job, block++);
   return 0;

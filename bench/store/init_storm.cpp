@@ -15,11 +15,9 @@
 // through the barrier and to the last rank done, the requests sent, and the
 // failures.
 //   init_storm HOST PORT N [SOURCE_BLOCK]
-// Each rank binds a source address 127.SOURCE_BLOCK.x.y (4,000 ranks per
-// address, IP_BIND_ADDRESS_NO_PORT) so that the ephemeral ports never run out
-// and no run meets the TIME_WAIT ports of the one before; at most kInFlight
+// Each rank binds a source address in 127.SOURCE_BLOCK.0.0/16
+// (loopback_source.hpp; block 0: the kernel's choice); at most kInFlight
 // connects at once (the listen backlog).
-#include <netinet/in.h>
 #include <sys/resource.h>
 
 #include <boost/asio.hpp>
@@ -31,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "loopback_source.hpp"
+
 namespace asio = boost::asio;
 using asio::awaitable;
 using asio::use_awaitable;
@@ -40,7 +40,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr int kInFlight = 1024;
-constexpr int kRanksPerSourceAddress = 4000;
 // A handshake left unanswered this long is redone on a new connection, a
 // bounded number of times, so that a server that drops one cannot hang the run.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
@@ -127,15 +126,9 @@ void start_next(asio::io_context& io, Run& run) {
 
 // Opens the connection from rank r's source address.
 awaitable<void> connect(Rank& k, Run& run, int r) {
-  k.s.open(tcp::v4());
-  int one = 1;
-  setsockopt(k.s.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-  auto slot = static_cast<unsigned>(r) / kRanksPerSourceAddress;
-  if (run.block > 0)
-    k.s.bind(tcp::endpoint(asio::ip::address_v4(asio::ip::address_v4::bytes_type{
-                               127, static_cast<unsigned char>(run.block), static_cast<unsigned char>(slot / 250),
-                               static_cast<unsigned char>(1 + slot % 250)}),
-                           0));
+  boost::system::error_code ec;
+  bench::bind_loopback_source(k.s, static_cast<unsigned>(run.block), static_cast<unsigned>(r), ec);
+  if (ec) throw boost::system::system_error(ec, "socket/bind");
   co_await k.s.async_connect(run.server, use_awaitable);
   k.s.set_option(tcp::no_delay(true));
 }
@@ -153,11 +146,14 @@ awaitable<void> rank_main(asio::io_context& io, Run& run, int r) {
   // one. A PING left unanswered for kHandshakeTimeout is given up and the
   // handshake redone on a new connection.
   for (int attempt = 1;; ++attempt) {
+    // The timer's handler may run after this attempt ended (a completion
+    // already queued when cancel() came): it looks at the shared state only.
+    enum class Attempt { pending, answered, timed_out };
+    auto state = std::make_shared<Attempt>(Attempt::pending);
     asio::steady_timer guard(io, kHandshakeTimeout);
-    bool timed_out = false;
-    guard.async_wait([&](const boost::system::error_code& ec) {
-      if (ec) return;
-      timed_out = true;
+    guard.async_wait([state, &k](const boost::system::error_code& ec) {
+      if (ec || *state != Attempt::pending) return;
+      *state = Attempt::timed_out;
       boost::system::error_code ignored;
       k.s.close(ignored);
     });
@@ -165,9 +161,14 @@ awaitable<void> rank_main(asio::io_context& io, Run& run, int r) {
       co_await k.send(run, Req(VALIDATE).u32(kValidateMagic).b, 1);
       co_await k.send(run, Req(PING).u32(static_cast<uint32_t>(r)).b, 1);
       if (co_await k.read_pod<uint32_t>() != static_cast<uint32_t>(r)) throw std::runtime_error("PING: wrong nonce");
+      // The answer and the timer may both have completed: the timer closed the socket.
+      if (*state == Attempt::timed_out) throw std::runtime_error("handshake: timed out");
+      *state = Attempt::answered;
       guard.cancel();
       break;
     } catch (...) {
+      bool timed_out = *state == Attempt::timed_out;
+      *state = Attempt::answered;  // settled: a late timer touches nothing
       guard.cancel();
       if (!timed_out || attempt >= kHandshakeAttempts) throw;
     }

@@ -18,7 +18,6 @@ import os
 import resource
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
@@ -83,7 +82,6 @@ def main():
     for n in sizes:
         rows = {}
         for name in ("muster", "torch"):
-            time.sleep(0.5)
             r = one(name, n, block)
             block += 1
             rows[name] = r

@@ -21,6 +21,12 @@ std::string encode_frame(const json& message) {
   return out;
 }
 
+namespace {
+// Consumed input is dropped once this much has piled up before the unread
+// rest, and an emptied buffer larger than this gives its memory back.
+constexpr std::size_t kReaderSlack = 64 * 1024;
+}  // namespace
+
 Result<std::optional<std::string>> FrameReader::next() {
   if (buffer_.size() - offset_ < 4) return std::optional<std::string>{};
   auto b = [&](std::size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(buffer_[offset_ + i])); };
@@ -34,10 +40,10 @@ Result<std::optional<std::string>> FrameReader::next() {
   offset_ += 4 + n;
   if (offset_ == buffer_.size()) {
     // An idle connection keeps no memory from an earlier large frame.
-    if (buffer_.capacity() > 65536) std::string().swap(buffer_);
+    if (buffer_.capacity() > kReaderSlack) std::string().swap(buffer_);
     else buffer_.clear();
     offset_ = 0;
-  } else if (offset_ > 65536 && offset_ * 2 > buffer_.size()) {
+  } else if (offset_ > kReaderSlack && offset_ * 2 > buffer_.size()) {
     buffer_.erase(0, offset_);
     offset_ = 0;
   }
