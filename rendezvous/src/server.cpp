@@ -98,7 +98,7 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
       while (!self->closed_ && !self->close_after_write_) {
         if (!first) {
           boost::system::error_code ec;
-          auto bytes = co_await net::read_available(self->socket_, ec);
+          auto bytes = co_await self->input_.read(self->socket_, ec);
           if (!*self->alive_) co_return;
           if (ec) break;  // the peer went away
           self->reader_.feed(bytes);
@@ -126,6 +126,7 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   RendezvousServer& server_;
   MemberId id_;
   tcp::socket socket_;
+  net::Reader input_;
   asio::steady_timer join_timer_;
   std::shared_ptr<bool> alive_;
   std::string peer_address_;

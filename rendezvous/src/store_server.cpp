@@ -93,7 +93,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       }
       if (self->closed_) break;
       if (!self->held_back_) {
-        auto bytes = co_await net::read_available(self->socket_, ec);
+        auto bytes = co_await self->input_.read(self->socket_, ec);
         if (!*self->alive_) co_return;
         if (ec || self->closed_) break;  // the peer went away, or reset() meanwhile
         try {
@@ -175,6 +175,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   StoreServer& server_;
   ConnId id_;
   tcp::socket socket_;
+  net::Reader input_;
   asio::steady_timer resume_;
   std::shared_ptr<bool> alive_;
   std::string in_;

@@ -1,6 +1,7 @@
 #include "muster/rendezvous/tcp_util.hpp"
 
 #include <array>
+#include <cstring>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -72,21 +73,25 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr std::size_t kKeepWriteCapacity = 64 * 1024;
 }  // namespace
 
-asio::awaitable<std::string_view> read_available(tcp::socket& socket, boost::system::error_code& ec) {
+asio::awaitable<std::string_view> Reader::read(tcp::socket& socket, boost::system::error_code& ec) {
   thread_local std::array<char, kReadChunk> scratch;
   ec.clear();
-  if (!socket.non_blocking()) {
-    socket.non_blocking(true, ec);
-    if (ec) co_return std::string_view();
+  std::size_t n = co_await socket.async_read_some(asio::buffer(inline_), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return std::string_view();
+  if (n < inline_.size()) co_return std::string_view(inline_.data(), n);
+  // The buffer filled: take the rest of what the socket holds without waiting.
+  std::memcpy(scratch.data(), inline_.data(), n);
+  boost::system::error_code more;
+  if (!socket.non_blocking()) socket.non_blocking(true, more);
+  while (!more && n < scratch.size()) {
+    std::size_t want = scratch.size() - n;
+    std::size_t got = socket.read_some(asio::buffer(scratch.data() + n, want), more);
+    n += got;
+    if (got < want) break;  // drained
   }
-  while (true) {
-    std::size_t n = socket.read_some(asio::buffer(scratch), ec);
-    if (!ec) co_return std::string_view(scratch.data(), n);
-    if (ec != asio::error::would_block && ec != asio::error::try_again) co_return std::string_view();
-    ec.clear();
-    co_await socket.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return std::string_view();
-  }
+  // A failure here (would-block included) is left for the next read to meet
+  // on its own: these bytes are good.
+  co_return std::string_view(scratch.data(), n);
 }
 
 void WriteQueue::flush(tcp::socket& socket, std::shared_ptr<void> keep_alive,
