@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""bench/allreduce on GPUs: libmuster's NCCL all_reduce (nccl_bench) beside
+torch.distributed's all_reduce on NCCL (nccl_torch.py), both launched by
+muster with one rank per GPU, in the same run. Prints, per size, the time per
+call, algorithm bandwidth (bytes / time) and bus bandwidth (bytes * 2(n-1)/n /
+time, as nccl-tests prints it), and torch's time over muster's. With one GPU
+the world is one rank: bus bandwidth is 0 by definition and the table shows
+each library's per-call overhead only.
+
+  bench/allreduce/nccl_run.py [--muster build/launcher/muster] [--bench build/bench/nccl_bench]
+                              [--python PYTHON_WITH_CUDA_TORCH] [--ranks N]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def gpu_count():
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+
+
+def launch(muster, nproc, argv, env, timeout):
+    r = subprocess.run([muster, "--standalone", f"--nproc-per-node={nproc}", *argv], capture_output=True,
+                       text=True, env=env, timeout=timeout)
+    if r.returncode != 0:
+        sys.exit(f"benchmark run failed ({' '.join(argv)}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    return {d["bytes"]: d["seconds"] for d in (json.loads(l) for l in r.stdout.splitlines() if l.startswith("{"))}
+
+
+def human(b):
+    if b >= 1 << 30:
+        return f"{b >> 30} GiB"
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--muster", default=str(ROOT / "build/launcher/muster"))
+    ap.add_argument("--bench", default=str(ROOT / "build/bench/nccl_bench"))
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--ranks", type=int, default=0, help="ranks (default: one per GPU, at most 8)")
+    ap.add_argument("--timeout", type=float, default=240, help="seconds per launch")
+    args = ap.parse_args()
+    n = args.ranks or min(gpu_count(), 8)
+    if n == 0:
+        print("nccl_run: no GPU here (nvidia-smi lists none): nothing to measure")
+        return 77
+    env = dict(os.environ, PATH=f"{Path(args.python).parent}:{os.environ.get('PATH', '')}",
+               PYTHON_EXEC=args.python)
+    ours = launch(args.muster, n, ["--no-python", args.bench], env, args.timeout)
+    torch_ = launch(args.muster, n, [str(Path(__file__).parent / "nccl_torch.py")], env, args.timeout)
+    factor = 2 * (n - 1) / n
+    print(f"all_reduce float32 sum on NCCL, {n} rank(s), one per GPU "
+          f"(algbw = bytes/time; busbw = algbw*2(n-1)/n, as nccl-tests)")
+    print(f"{'size':>8} {'muster us':>10} {'torch us':>10} {'muster algbw':>13} {'torch algbw':>12} "
+          f"{'muster busbw':>13} {'torch busbw':>12} {'torch/muster':>13}")
+    for b in sorted(set(ours) & set(torch_)):
+        am, at = b / ours[b] / 1e9, b / torch_[b] / 1e9
+        print(f"{human(b):>8} {ours[b] * 1e6:10.1f} {torch_[b] * 1e6:10.1f} {am:13.2f} {at:12.2f} "
+              f"{am * factor:13.2f} {at * factor:12.2f} {torch_[b] / ours[b]:12.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
