@@ -57,6 +57,8 @@ for d in /usr/lib/x86_64-linux-gnu/cmake/Boost-1.81.0 /usr/lib/x86_64-linux-gnu/
   mkdir -p "$out.tmp/$(dirname "${d#/usr/}")"
   cp -r "$d" "$out.tmp/$(dirname "${d#/usr/}")/"
 done
+# Catch2's package names its main() library.
+cp /usr/lib/libCatch2WithMain.a "$out.tmp/lib/"
 rm -rf "$out"
 mv "$out.tmp" "$out"
 du -sh "$out" | sed 's/^/gpu-deps: /'
