@@ -52,6 +52,7 @@ else
     --no-python "$MUSTER_NCCL_TOOL" || keep
 fi
 ddp_out=$(mktemp -d)
+trap 'rm -rf "$ddp_out"' EXIT
 run ddp_cuda 120 "$MUSTER_BIN" --standalone --nproc-per-node=gpu --no-python build-gpu/examples/ddp_cuda/ddp_cuda \
   "$ddp_out" || keep
 run nccl-bench 300 "$py" bench/allreduce/nccl_run.py --muster "$MUSTER_BIN" --bench build-gpu/bench/nccl_bench \

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "muster/process_group.hpp"
+#include "timing.hpp"
 
 namespace {
 
@@ -49,21 +50,9 @@ int main(int argc, char** argv) {
   auto pg = muster::init_process_group();
   for (std::size_t bytes : sizes()) {
     std::vector<float> v(bytes / 4, 1.0f);
-    // Five timed batches after a warm-up; the median batch's mean per call,
-    // of the slowest rank (2 cores: one noisy batch must not decide).
     int iters = std::max(1, iterations(bytes) / 5);
-    for (int i = 0; i < std::min(iters, 20); ++i) pg.all_reduce(std::span<float>(v));
-    std::vector<double> batches;
-    for (int b = 0; b < 5; ++b) {
-      pg.barrier();
-      auto t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) pg.all_reduce(std::span<float>(v));
-      double mine = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-      pg.all_reduce(std::span<double>(&mine, 1), muster::ReduceOp::max);
-      batches.push_back(mine);
-    }
-    std::sort(batches.begin(), batches.end());
-    if (pg.rank() == 0) std::printf("{\"bytes\": %zu, \"seconds\": %.9g}\n", bytes, batches[2]);
+    double seconds = bench::median_of_slowest(pg, iters, [&] { pg.all_reduce(std::span<float>(v)); }, [] {});
+    if (pg.rank() == 0) std::printf("{\"bytes\": %zu, \"seconds\": %.9g}\n", bytes, seconds);
     std::fflush(stdout);
   }
   muster::destroy_process_group();

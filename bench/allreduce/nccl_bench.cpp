@@ -1,21 +1,19 @@
 // bench/allreduce: all_reduce (float32, sum) on GPU buffers through
 // libmuster's NCCL backend, one rank per GPU. Rank 0 prints one JSON line per
 // size: {"bytes", "seconds"}, the median of five batches of the slowest rank's
-// mean time per call, as nccl_torch.py does for torch.distributed on NCCL.
+// mean time per call (timing.hpp), as nccl_torch.py does for torch on NCCL.
 // Exits 77 with "no GPU" when no CUDA device is visible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "muster/nccl.hpp"
+#include "timing.hpp"
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // 4 KiB to 1 GiB by fours, or up to MUSTER_BENCH_MAX_BYTES.
 std::vector<std::size_t> sizes() {
@@ -55,22 +53,10 @@ int main() {
       cudaMemset(buf, 0, bytes);
       std::size_t count = bytes / sizeof(float);
       int iters = std::max(1, iterations(bytes) / 5);
-      for (int i = 0; i < std::min(iters, 20); ++i)
-        nccl.all_reduce(buf, count, muster::DataType::float32, muster::ReduceOp::sum, stream);
-      nccl.synchronize(stream);
-      std::vector<double> batches;
-      for (int b = 0; b < 5; ++b) {
-        pg.barrier();
-        auto t0 = Clock::now();
-        for (int i = 0; i < iters; ++i)
-          nccl.all_reduce(buf, count, muster::DataType::float32, muster::ReduceOp::sum, stream);
-        nccl.synchronize(stream);
-        double mine = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-        pg.all_reduce(std::span<double>(&mine, 1), muster::ReduceOp::max);
-        batches.push_back(mine);
-      }
-      std::sort(batches.begin(), batches.end());
-      if (pg.rank() == 0) std::printf("{\"bytes\": %zu, \"seconds\": %.9g}\n", bytes, batches[2]);
+      double seconds = bench::median_of_slowest(
+          pg, iters, [&] { nccl.all_reduce(buf, count, muster::DataType::float32, muster::ReduceOp::sum, stream); },
+          [&] { nccl.synchronize(stream); });
+      if (pg.rank() == 0) std::printf("{\"bytes\": %zu, \"seconds\": %.9g}\n", bytes, seconds);
       std::fflush(stdout);
       cudaFree(buf);
     }

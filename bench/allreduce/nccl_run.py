@@ -11,13 +11,12 @@ each library's per-call overhead only.
                               [--python PYTHON_WITH_CUDA_TORCH] [--ranks N]
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from run import ROOT, human, launch  # bench/allreduce/run.py: the CPU benchmark's runner
 
 
 def gpu_count():
@@ -26,20 +25,6 @@ def gpu_count():
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
-
-
-def launch(muster, nproc, argv, env, timeout):
-    r = subprocess.run([muster, "--standalone", f"--nproc-per-node={nproc}", *argv], capture_output=True,
-                       text=True, env=env, timeout=timeout)
-    if r.returncode != 0:
-        sys.exit(f"benchmark run failed ({' '.join(argv)}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-    return {d["bytes"]: d["seconds"] for d in (json.loads(l) for l in r.stdout.splitlines() if l.startswith("{"))}
-
-
-def human(b):
-    if b >= 1 << 30:
-        return f"{b >> 30} GiB"
-    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 
 
 def main():

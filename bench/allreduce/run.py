@@ -20,15 +20,17 @@ def lines(out):
     return {d["bytes"]: d["seconds"] for d in (json.loads(l) for l in out.splitlines() if l.startswith("{"))}
 
 
-def launch(muster, nproc, argv, env):
+def launch(muster, nproc, argv, env, timeout=1800):
     r = subprocess.run([muster, "--standalone", f"--nproc-per-node={nproc}", *argv], capture_output=True,
-                       text=True, env=env, timeout=1800)
+                       text=True, env=env, timeout=timeout)
     if r.returncode != 0:
-        sys.exit(f"benchmark run failed ({' '.join(argv)}):\n{r.stderr[-3000:]}")
+        sys.exit(f"benchmark run failed ({' '.join(argv)}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
     return lines(r.stdout)
 
 
 def human(b):
+    if b >= 1 << 30:
+        return f"{b >> 30} GiB"
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 
 
