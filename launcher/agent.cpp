@@ -1,4 +1,5 @@
 #include "agent.hpp"
+#include "exposure.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -23,11 +24,6 @@ namespace {
 std::string env_or(const Environment& env, const std::string& key, const std::string& fallback) {
   auto it = env.find(key);
   return it == env.end() ? fallback : it->second;
-}
-
-std::string strip_brackets(const std::string& host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') return host.substr(1, host.size() - 2);
-  return host;
 }
 
 // How long killed workers get to disappear before the agent stops waiting.
@@ -117,7 +113,8 @@ Status Agent::form_group() {
     group_.master_addr = cfg_.local_addr ? *cfg_.local_addr : local_fqdn();
   }
   if (group_.use_agent_store) {
-    auto server = store::StoreServer::listen(io_, "", wanted_port);
+    // The workers reach it at MASTER_ADDR: only there, when that is an address of this machine.
+    auto server = store::StoreServer::listen(io_, listen_address_for(group_.master_addr), wanted_port);
     if (!server.ok()) {
       return Status(Code::unavailable, "cannot serve the workers' store on TCP port " + std::to_string(wanted_port) +
                                            " (MASTER_PORT): " + server.status().message() +

@@ -98,6 +98,7 @@ class Agent {
   // Multi-node state.
   bool coordinated_ = false;
   std::shared_ptr<rendezvous::RendezvousClient> rdzv_;
+  std::optional<rendezvous::auth::Key> auth_key_;
   std::unique_ptr<rendezvous::RendezvousServer> rdzv_server_;
   rendezvous::Settings rdzv_settings_;
   rendezvous::Duration reconnect_timeout_{60000};

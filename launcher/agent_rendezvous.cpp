@@ -13,8 +13,6 @@
 // - A broken connection is not the end: the workers keep running and the
 //   agent reconnects for reconnect_timeout, then resumes its place (round,
 //   ranks, how its workers ended), or joins afresh if it no longer has one.
-#include <ifaddrs.h>
-#include <netdb.h>
 #include <sys/random.h>
 #include <netinet/in.h>
 #include <unistd.h>
@@ -23,6 +21,7 @@
 #include <cstring>
 
 #include "agent.hpp"
+#include "exposure.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
 #include "muster/rendezvous/protocol.hpp"
@@ -53,38 +52,6 @@ Result<rendezvous::Duration> conf_seconds(const RdzvConf& conf, const std::strin
     ms = kMaxMs;
   }
   return rendezvous::Duration(static_cast<long long>(ms));
-}
-
-bool is_loopback_name(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
-// Whether host resolves to an address of one of this machine's interfaces.
-bool is_own_address(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  ifaddrs* ifs = nullptr;
-  bool found = false;
-  if (getifaddrs(&ifs) == 0) {
-    for (addrinfo* ai = res; ai && !found; ai = ai->ai_next) {
-      for (ifaddrs* i = ifs; i && !found; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != ai->ai_family) continue;
-        if (ai->ai_family == AF_INET) {
-          found = reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr.s_addr ==
-                  reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
-        } else if (ai->ai_family == AF_INET6) {
-          found = std::memcmp(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr,
-                              &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, sizeof(in6_addr)) == 0;
-        }
-      }
-    }
-    freeifaddrs(ifs);
-  }
-  freeaddrinfo(res);
-  return found;
 }
 
 // 128 random bits as hex: no two agents have the same by accident (a PID
@@ -160,6 +127,26 @@ Status Agent::setup_rendezvous() {
   node_address_ = cfg_.local_addr ? *cfg_.local_addr : host_;
   node_name_ = node_address_ + "_" + instance_id();
 
+  auto from_env = [this](const char* name) {
+    auto it = env_.find(name);
+    return it == env_.end() ? std::string() : it->second;
+  };
+  auto key = rendezvous::auth::find_key(cfg_.auth_key_file, from_env("MUSTER_AUTH_KEY_FILE").c_str(),
+                                        from_env("CREDENTIALS_DIRECTORY").c_str());
+  if (!key.ok()) return key.status();
+  if (key.value()) {
+    auth_key_.emplace(key.value()->key);
+    log::info("the rendezvous is authenticated with the key from " + key.value()->source);
+  }
+  // Said once, by the agent that serves the rendezvous to the network.
+  auto warn_if_open = [this](const std::string& bind, int port) {
+    if (auth_key_ || !beyond_loopback(bind)) return;
+    log::warning("the rendezvous of job '" + cfg_.rdzv_id + "' on " + (bind.empty() ? "every interface" : bind) +
+                 ", port " + std::to_string(port) +
+                 ", authenticates nobody: whoever reaches it can join the job, take its rank 0 or end it; give "
+                 "every agent the same --auth-key-file (docs/security.md)");
+  };
+
   if (is_static) {
     // Not elastic: every node of --nnodes's maximum, each with its --node-rank.
     // Node rank 0 serves the workers' store and the rendezvous on --master-port.
@@ -172,7 +159,10 @@ Status Agent::setup_rendezvous() {
     }
     rdzv_settings_.static_ranks = true;
     rdzv_settings_.min_nodes = rdzv_settings_.max_nodes = cfg_.max_nodes;
-    auto store = store::StoreServer::listen(io_, "", cfg_.node_rank == 0 ? ep->port : 0);
+    // Node rank 0's port carries the workers' store and the rendezvous: it
+    // listens where the other nodes are told to reach it.
+    std::string bind = listen_address_for(strip_brackets(ep->host));
+    auto store = store::StoreServer::listen(io_, bind, cfg_.node_rank == 0 ? ep->port : 0);
     if (!store.ok()) {
       return Status(Code::unavailable, "node rank 0 cannot serve --master-port " + std::to_string(ep->port) + ": " +
                                            store.status().message());
@@ -180,6 +170,8 @@ Status Agent::setup_rendezvous() {
     store_ = std::move(store.value());
     if (cfg_.node_rank == 0) {
       rdzv_server_ = rendezvous::RendezvousServer::create(io_);
+      if (auth_key_) rdzv_server_->require_auth(*auth_key_);
+      warn_if_open(bind, store_->port());
       store_->divert_rendezvous([this](boost::asio::ip::tcp::socket sock, std::string bytes) {
         rdzv_server_->adopt(std::move(sock), std::move(bytes));
       });
@@ -197,10 +189,12 @@ Status Agent::setup_rendezvous() {
   if (!forced.ok()) return forced.status();
   bool explicit_host = conf.count("is_host") > 0;
   if (!is_static && forced.value()) {
-    std::string bind = ep->host == "localhost" ? "127.0.0.1" : (is_loopback_name(ep->host) ? ep->host : "");
+    std::string bind = ep->host == "localhost" ? "127.0.0.1" : listen_address_for(strip_brackets(ep->host));
     auto server = rendezvous::RendezvousServer::listen(io_, bind, ep->port);
     if (server.ok()) {
       rdzv_server_ = std::move(server.value());
+      if (auth_key_) rdzv_server_->require_auth(*auth_key_);
+      warn_if_open(bind, rdzv_server_->port());
       is_host_ = true;
       log::info("hosting the rendezvous of job '" + cfg_.rdzv_id + "' on " + ep->to_string());
     } else if (explicit_host) {
@@ -214,6 +208,7 @@ Status Agent::setup_rendezvous() {
   // Heartbeats nobody acknowledges (the link is cut, the server's host
   // vanished) make the kernel fail the connection after twice the window.
   rdzv_->set_user_timeout(rdzv_settings_.dead_after() * 2);
+  if (auth_key_) rdzv_->set_auth_key(*auth_key_);
   auto path = resolve_executable(cfg_.executable, env_.count("PATH") ? env_.at("PATH") : "");
   if (!path.ok()) return path.status();
   resolved_executable_ = path.value();
@@ -281,7 +276,7 @@ void Agent::send_join() {
   // keeps its keys, as torchrun's does: emptying it could cut off the other
   // nodes' rendezvous connections that share its port.
   if (!rdzv_settings_.static_ranks) {
-    auto fresh = store::StoreServer::listen(io_, "", 0);
+    auto fresh = store::StoreServer::listen(io_, listen_address_for(node_address_), 0);
     if (fresh.ok()) {
       store_ = std::move(fresh.value());
     } else if (store_) {

@@ -116,6 +116,9 @@ const std::vector<OptionSpec>& option_table() {
        "Seconds between the stop signal and SIGKILL (default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30)."},
       {{"--virtual-local-rank", "--virtual_local_rank"}, Kind::flag, Type::str, true, std::nullopt, {},
        "LOCAL_RANK=0 for every worker, each worker seeing its own CUDA_VISIBLE_DEVICES entry."},
+      {{"--auth-key-file", "--auth_key_file"}, Kind::value, Type::str, false, std::nullopt, {},
+       "A file holding the rendezvous's shared secret (default: $MUSTER_AUTH_KEY_FILE, then systemd's "
+       "credential muster-auth-key); every agent of the job and its rendezvous need the same one."},
   };
   return table;
 }
@@ -623,6 +626,10 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
     return invalid_argument("shutdown_timeout must be >= 0, got " + std::to_string(cfg.shutdown_timeout));
   }
   cfg.virtual_local_rank = flag(args, "virtual_local_rank");
+  if (has(args, "auth_key_file")) {
+    cfg.auth_key_file = get(args, "auth_key_file");
+    if (cfg.auth_key_file.empty()) return invalid_argument("--auth-key-file needs a path");
+  }
 
   // The worker command.
   cfg.module = flag(args, "module");

@@ -40,6 +40,8 @@ struct LaunchConfig {
   std::vector<int> signal_numbers;  // the parsed form of signals_to_handle
   int shutdown_timeout = 30;
   bool virtual_local_rank = false;
+  // muster's own: the rendezvous's shared secret ("": from the environment).
+  std::string auth_key_file;
 
   // The worker program: executable (PATH lookup when it has no '/') and its
   // arguments, before $local_rank substitution.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything muster needs to build and test on Debian 12, as root:
 # the compiler and CMake, Boost.Asio (Boost 1.81), nlohmann/json, CLI11 and
-# Catch2 from Debian; clang with its libFuzzer runtime for the fuzz targets;
+# Catch2 and OpenSSL's libcrypto from Debian; clang with its libFuzzer runtime for the fuzz targets;
 # Debian's python3-torch 1.13 for the older-dialect tests; and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
 # compatibility tests. Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
-  libboost1.81-dev nlohmann-json3-dev libcli11-dev catch2
+  libboost1.81-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev
   python3 python3-venv python3-pip python3-torch python3-numpy
   util-linux procps iproute2
 )

@@ -14,6 +14,7 @@
 
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
+#include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/server.hpp"
 
 namespace {
@@ -42,8 +43,14 @@ void notify_systemd(const char* state) {
 
 int main(int argc, char** argv) {
   CLI::App app{"musterd: the muster rendezvous daemon"};
-  std::string listen = "0.0.0.0:29400";
-  app.add_option("--listen", listen, "ADDR:PORT to listen on ([::]:PORT for IPv6)")->capture_default_str();
+  std::string listen;
+  app.add_option("--listen", listen,
+                 "ADDR:PORT to listen on (0.0.0.0:29400 for every IPv4 interface, [::]:29400 for every "
+                 "interface); without it, loopback only (127.0.0.1:29400)");
+  std::string key_file;
+  app.add_option("--auth-key-file", key_file,
+                 "a file holding the shared secret every agent must prove it holds (default: "
+                 "$MUSTER_AUTH_KEY_FILE, then systemd's credential muster-auth-key)");
   muster::rendezvous::ServerLimits limits;
   long long join_wait_ms = limits.join_wait.count();
   long long lifetime_s = std::chrono::duration_cast<std::chrono::seconds>(limits.finished_job_lifetime).count();
@@ -76,9 +83,17 @@ int main(int argc, char** argv) {
     lim.rlim_cur = lim.rlim_max;
     setrlimit(RLIMIT_NOFILE, &lim);
   }
+  bool loopback_default = listen.empty();
+  if (loopback_default) listen = "127.0.0.1:29400";
   auto ep = muster::parse_endpoint(listen, 29400);
   if (!ep.ok()) {
     std::cerr << "musterd: error: --listen: " << ep.status().message() << "\n";
+    return 2;
+  }
+  auto key = muster::rendezvous::auth::find_key(key_file, std::getenv("MUSTER_AUTH_KEY_FILE"),
+                                                std::getenv("CREDENTIALS_DIRECTORY"));
+  if (!key.ok()) {
+    std::cerr << "musterd: error: " << key.status().message() << "\n";
     return 2;
   }
   boost::asio::io_context io(1);
@@ -88,8 +103,21 @@ int main(int argc, char** argv) {
     std::cerr << "musterd: error: " << server.status().message() << "\n";
     return 1;
   }
+  if (key.value()) server.value()->require_auth(key.value()->key);
   // The port line comes first on stdout, so scripts can use --listen ADDR:0.
   std::cout << "musterd listening on " << ep->host << ":" << server.value()->port() << std::endl;
+  if (loopback_default) {
+    muster::log::warning("musterd: listening on loopback only (127.0.0.1:29400): agents on other hosts cannot "
+                         "reach it; give --listen ADDR:PORT (0.0.0.0:29400 for every interface)");
+  }
+  bool loopback = ep->host == "localhost" || ep->host.rfind("127.", 0) == 0 || ep->host == "::1" ||
+                  ep->host == "[::1]";
+  if (key.value()) {
+    muster::log::info("musterd: agents must prove they hold the key from " + key.value()->source);
+  } else if (!loopback) {
+    muster::log::warning("musterd: no auth key: any process that reaches " + listen +
+                         " can join a job, take its rank 0 or end it; give --auth-key-file (docs/security.md)");
+  }
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](const boost::system::error_code&, int signo) {
     notify_systemd("STOPPING=1");

@@ -19,7 +19,12 @@ struct RendezvousClient::Connection {
   FrameReader reader;
   net::WriteQueue out;
   std::array<char, 16384> buf{};
-  bool open = false;  // connected and not yet broken
+  // With a key: this connection's nonce once its hello is sent, the
+  // messages sent before the server proved itself, then the channel.
+  std::string nonce;
+  std::vector<std::string> held;
+  std::optional<auth::Channel> channel;
+  bool open = false;  // connected (and authenticated) and not yet broken
   bool done = false;  // broken or dropped: its handlers do nothing more
 };
 
@@ -117,17 +122,81 @@ void RendezvousClient::attempt() {
         unsigned int ms = static_cast<unsigned int>(self->user_timeout_.count());
         ::setsockopt(c->socket.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
       }
-      c->open = true;
+      if (!self->key_) return self->opened(c);
+      auto nonce = auth::random_bytes(auth::kNonceBytes);
+      if (!nonce.ok()) {
+        c->done = true;
+        return self->on_error_(nonce.status());
+      }
+      c->nonce = nonce.value();
+      c->out.push(encode_frame(to_json(HelloMessage{c->nonce})));
+      // The server's challenge is awaited as long as a connect would be.
+      self->attempt_timer_.expires_after(std::min(kAttemptTimeout, std::max(Duration(1), std::chrono::duration_cast<Duration>(self->deadline_ - Clock::now()))));
+      self->attempt_timer_.async_wait([self, c](const boost::system::error_code& e) {
+        if (e || c->done || c->open || self->closed_) return;
+        // Start over on a fresh connection, keeping what was to be sent.
+        c->done = true;
+        boost::system::error_code ignored;
+        c->socket.close(ignored);
+        auto next = std::make_shared<Connection>(self->io_);
+        next->held = std::move(c->held);
+        if (c == self->conn_) self->conn_ = next;
+        self->retry("no answer to the authentication hello");
+      });
       self->read_more(c);
       self->flush(c);
-      if (self->on_connected_) self->on_connected_();
     });
   });
 }
 
+// Connected (and authenticated, with a key): what was queued goes out.
+void RendezvousClient::opened(const std::shared_ptr<Connection>& c) {
+  c->open = true;
+  if (c->channel) {
+    for (const auto& text : c->held) c->out.push(frame_of(c->channel->seal(text)));
+    c->held.clear();
+  }
+  if (!c->nonce.empty()) attempt_timer_.cancel();
+  else read_more(c);
+  flush(c);
+  if (on_connected_) on_connected_();
+}
+
+bool RendezvousClient::on_handshake(const std::shared_ptr<Connection>& c, const nlohmann::json& msg) {
+  const std::string& type = msg["type"].get_ref<const std::string&>();
+  if (type == "error") {
+    // The server refused (it has no key, say): the owner reports its words.
+    c->done = true;
+    on_message_(msg);
+    return false;
+  }
+  auto fail = [&](const std::string& why) {
+    c->done = true;
+    on_error_(Status(Code::auth_failed, "the rendezvous at " + address() + " " + why));
+    return false;
+  };
+  if (type != "challenge") return fail("sent '" + log_excerpt(type, 64) + "' where its challenge was due");
+  auto challenge = challenge_from_json(msg);
+  if (!challenge.ok()) return fail("sent a bad challenge: " + challenge.status().message());
+  auto derived = auth::derive(*key_, c->nonce, challenge->nonce);
+  if (!auth::same(challenge->proof, derived.server_proof)) {
+    return fail("does not hold this node's auth key (its proof does not match): give the rendezvous and every "
+                "agent the same --auth-key-file");
+  }
+  c->out.push(encode_frame(to_json(AuthMessage{derived.client_proof})));
+  c->channel.emplace(std::move(derived.session_key), auth::Channel::Side::client);
+  opened(c);
+  return true;
+}
+
 void RendezvousClient::send(const nlohmann::json& message) {
   if (closed_ || !conn_ || conn_->done) return;
-  conn_->out.push(encode_frame(message));
+  std::string text = dump_message(message);
+  if (key_ && !conn_->channel) {
+    conn_->held.push_back(std::move(text));
+    return;
+  }
+  conn_->out.push(frame_of(conn_->channel ? conn_->channel->seal(text) : text));
   if (conn_->open) flush(conn_);
 }
 
@@ -164,12 +233,28 @@ void RendezvousClient::read_more(std::shared_ptr<Connection> c) {
           return;
         }
         if (!frame.value()) break;
-        auto msg = parse_message(*frame.value());
+        std::string opened;
+        if (c->channel) {
+          auto m = c->channel->open(*frame.value());
+          if (!m.ok()) {
+            c->done = true;
+            self->on_error_(Status(Code::auth_failed, "the rendezvous at " + self->address() + " sent a frame that " +
+                                                          m.status().message() +
+                                                          "; something between this node and it alters the traffic"));
+            return;
+          }
+          opened = std::move(m.value());
+        }
+        auto msg = parse_message(c->channel ? opened : *frame.value());
         if (!msg.ok()) {
           c->done = true;
           self->on_error_(Status(Code::io_error, "the rendezvous at " + self->address() + " sent a bad message: " +
                                                      msg.status().message()));
           return;
+        }
+        if (self->key_ && !c->channel) {
+          if (!self->on_handshake(c, msg.value())) return;
+          continue;
         }
         self->on_message_(msg.value());
       }

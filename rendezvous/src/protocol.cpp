@@ -2,14 +2,21 @@
 
 #include <limits>
 
+#include "muster/rendezvous/auth.hpp"
+
 namespace muster::rendezvous {
 
 using nlohmann::json;
 
-std::string encode_frame(const json& message) {
+std::string dump_message(const json& message) {
   // Text that came from elsewhere (a worker's error file, a host name) may not
   // be UTF-8: replace bad bytes rather than throw.
-  std::string payload = message.dump(-1, ' ', false, json::error_handler_t::replace);
+  return message.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string encode_frame(const json& message) { return frame_of(dump_message(message)); }
+
+std::string frame_of(std::string_view payload) {
   auto n = static_cast<uint32_t>(payload.size());
   std::string out;
   out.reserve(payload.size() + 4);
@@ -365,6 +372,65 @@ Result<WorkersSucceededMessage> workers_succeeded_from_json(const json& j) {
   Fields f(j, "workers_succeeded");
   f.integer("round", 0, kMaxInt, m.round);
   if (!f.ok()) return f.status();
+  return m;
+}
+
+namespace {
+// A field of exactly `bytes` raw bytes, sent as hex.
+bool hex_field(Fields& f, const char* key, std::size_t bytes, std::string& out) {
+  std::string text;
+  if (!f.string(key, 2 * bytes + 2, text)) return false;
+  auto raw = auth::from_hex(text, bytes);
+  if (!raw) return false;
+  out = std::move(*raw);
+  return true;
+}
+Status hex_error(const char* what, const char* key, std::size_t bytes) {
+  return invalid_argument(std::string(what) + ": \"" + key + "\" must be " + std::to_string(2 * bytes) +
+                          " hex digits");
+}
+}  // namespace
+
+json to_json(const HelloMessage& m) {
+  return {{"type", "hello"}, {"v", kProtocolVersion}, {"nonce", auth::to_hex(m.nonce)}};
+}
+json to_json(const ChallengeMessage& m) {
+  return {{"type", "challenge"},
+          {"v", kProtocolVersion},
+          {"nonce", auth::to_hex(m.nonce)},
+          {"proof", auth::to_hex(m.proof)}};
+}
+json to_json(const AuthMessage& m) {
+  return {{"type", "auth"}, {"v", kProtocolVersion}, {"proof", auth::to_hex(m.proof)}};
+}
+
+Result<HelloMessage> hello_from_json(const json& j) {
+  HelloMessage m;
+  Fields f(j, "hello");
+  bool good = hex_field(f, "nonce", auth::kNonceBytes, m.nonce);
+  if (!f.ok()) return f.status();
+  if (!good) return hex_error("hello", "nonce", auth::kNonceBytes);
+  return m;
+}
+
+Result<ChallengeMessage> challenge_from_json(const json& j) {
+  ChallengeMessage m;
+  Fields f(j, "challenge");
+  if (!hex_field(f, "nonce", auth::kNonceBytes, m.nonce)) {
+    return f.ok() ? hex_error("challenge", "nonce", auth::kNonceBytes) : f.status();
+  }
+  if (!hex_field(f, "proof", auth::kTagBytes, m.proof)) {
+    return f.ok() ? hex_error("challenge", "proof", auth::kTagBytes) : f.status();
+  }
+  return m;
+}
+
+Result<AuthMessage> auth_from_json(const json& j) {
+  AuthMessage m;
+  Fields f(j, "auth");
+  if (!hex_field(f, "proof", auth::kTagBytes, m.proof)) {
+    return f.ok() ? hex_error("auth", "proof", auth::kTagBytes) : f.status();
+  }
   return m;
 }
 

@@ -51,7 +51,8 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
 
   void send(const json& message) {
     if (closed_) return;
-    out_.push(encode_frame(message));
+    std::string text = dump_message(message);
+    out_.push(frame_of(channel_ ? channel_->seal(text) : text));
     if (out_.queued() > server_.limits_.max_queued_bytes) {
       log::warning("rendezvous: closing the connection from " + peer_ + ": it has not read " +
                    std::to_string(out_.queued()) + " bytes sent to it");
@@ -133,6 +134,13 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   FrameReader reader_;
   net::WriteQueue out_;
+  // Authentication, when the server has a key: the agent's expected proof
+  // and the session key once the challenge is sent; the channel once the
+  // agent has proved itself.
+  bool challenged_ = false;
+  std::string client_proof_;
+  std::string session_key_;
+  std::optional<auth::Channel> channel_;
   bool closed_ = false;
   bool close_after_write_ = false;
   bool joined_ = false;
@@ -189,11 +197,24 @@ void RendezvousServer::add_session(tcp::socket socket, std::string already_read)
 
 void RendezvousServer::handle(Session& s, const std::string& payload) {
   try {
-    auto parsed = parse_message(payload);
+    std::string opened;
+    if (key_) {
+      if (!s.channel_) return handshake(s, payload);
+      auto m = s.channel_->open(payload);
+      if (!m.ok()) return s.fail(Code::auth_failed, m.status().message());
+      opened = std::move(m.value());
+    }
+    auto parsed = parse_message(key_ ? opened : payload);
     if (!parsed.ok()) return s.fail(Code::invalid_argument, parsed.status().message());
     const json& msg = parsed.value();
     const std::string& type = msg["type"].get_ref<const std::string&>();
     if (type == "join") return handle_join(s, msg);
+    if (type == "hello" || type == "auth") {
+      return s.fail(Code::auth_failed,
+                    key_ ? "'" + type + "' on a connection that has already authenticated"
+                         : "this rendezvous has no auth key, and the agent has one: give the rendezvous and every "
+                           "agent the same --auth-key-file, or none of them");
+    }
     // A member the job let go of (fenced, finished) may still heartbeat or
     // report on its old round before it reads why: that is no error.
     if (s.job == nullptr && s.joined_ &&
@@ -234,6 +255,44 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
     // Nothing above should throw; if something does, only this peer pays.
     s.fail(Code::internal, std::string("the server could not handle the message: ") + e.what());
   }
+}
+
+// The connection has not proved it holds the key yet: its first message must
+// be a hello, its second an auth with the right proof.
+void RendezvousServer::handshake(Session& s, const std::string& payload) {
+  auto parsed = parse_message(payload);
+  if (!parsed.ok()) return s.fail(Code::invalid_argument, parsed.status().message());
+  const json& msg = parsed.value();
+  const std::string& type = msg["type"].get_ref<const std::string&>();
+  if (!s.challenged_) {
+    if (type != "hello") {
+      return s.fail(Code::auth_failed, "this rendezvous requires authentication and the connection sent '" +
+                                           log_excerpt(type, 64) +
+                                           "' first: give the agent the rendezvous's key with --auth-key-file "
+                                           "(or MUSTER_AUTH_KEY_FILE)");
+    }
+    auto hello = hello_from_json(msg);
+    if (!hello.ok()) return s.fail(Code::invalid_argument, hello.status().message());
+    auto nonce = auth::random_bytes(auth::kNonceBytes);
+    if (!nonce.ok()) return s.fail(Code::internal, nonce.status().message());
+    auto derived = auth::derive(*key_, hello->nonce, nonce.value());
+    s.client_proof_ = std::move(derived.client_proof);
+    s.session_key_ = std::move(derived.session_key);
+    s.challenged_ = true;
+    return s.send(to_json(ChallengeMessage{nonce.value(), derived.server_proof}));
+  }
+  if (type != "auth") {
+    return s.fail(Code::auth_failed, "'" + log_excerpt(type, 64) + "' before the connection authenticated");
+  }
+  auto proof = auth_from_json(msg);
+  if (!proof.ok()) return s.fail(Code::invalid_argument, proof.status().message());
+  if (!auth::same(proof->proof, s.client_proof_)) {
+    return s.fail(Code::auth_failed,
+                  "authentication failed: the agent's proof does not match this rendezvous's key; give the "
+                  "rendezvous and every agent the same --auth-key-file");
+  }
+  s.channel_.emplace(std::move(s.session_key_), auth::Channel::Side::server);
+  s.client_proof_.clear();
 }
 
 void RendezvousServer::handle_join(Session& s, const json& msg) {
@@ -394,6 +453,11 @@ void RendezvousServer::arm(Job& job, TimePoint at) {
 
 void RendezvousServer::gone(Session& s) {
   MemberId id = s.id();
+  if (key_ && s.challenged_ && !s.channel_ && !s.close_after_write_) {
+    // An agent whose key differs sees that from the challenge and goes.
+    log::warning("rendezvous: the connection from " + s.peer_ +
+                 " closed before it authenticated; an agent with a different auth key does that");
+  }
   if (auto job = std::move(s.job)) {
     // Not a departure: the member keeps its place until it has been silent
     // for the dead-after window, so a reconnect can resume it.

@@ -13,9 +13,11 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "muster/common/status.hpp"
+#include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/core.hpp"
 #include "muster/rendezvous/protocol.hpp"
 #include "muster/rendezvous/tcp_util.hpp"
@@ -41,6 +43,10 @@ class RendezvousClient : public std::enable_shared_from_this<RendezvousClient> {
   bool connected() const;
   // The kernel fails a connection whose sent bytes go unacknowledged this long.
   void set_user_timeout(Duration timeout) { user_timeout_ = timeout; }
+  // Every connection proves it holds `key` and authenticates each frame
+  // (auth.hpp); a connection counts as connected once the server has proved
+  // it holds the same key. Set before connect().
+  void set_auth_key(auth::Key key) { key_.emplace(std::move(key)); }
   void close();
   std::string address() const;
 
@@ -56,6 +62,9 @@ class RendezvousClient : public std::enable_shared_from_this<RendezvousClient> {
   void attempt();
   void retry(const std::string& why);
   void read_more(std::shared_ptr<Connection> c);
+  void opened(const std::shared_ptr<Connection>& c);
+  // A message received while waiting for the server's challenge.
+  bool on_handshake(const std::shared_ptr<Connection>& c, const nlohmann::json& msg);
   void flush(std::shared_ptr<Connection> c);
   void lost(const std::shared_ptr<Connection>& c, const Status& why);
 
@@ -72,6 +81,7 @@ class RendezvousClient : public std::enable_shared_from_this<RendezvousClient> {
   Clock::time_point deadline_;
   Duration backoff_{100};
   Duration user_timeout_{0};
+  std::optional<auth::Key> key_;
   std::string last_error_;
   Clock::time_point last_notice_{};
   int attempts_ = 0;

@@ -33,6 +33,10 @@ constexpr long long kMaxTimeoutMs = 365LL * 24 * 3600 * 1000;  // any timeout or
 constexpr int kMaxKeepAliveAttempts = 1000000;
 
 std::string encode_frame(const nlohmann::json& message);
+// A message's JSON text (bytes that are not UTF-8 replaced, never a throw).
+std::string dump_message(const nlohmann::json& message);
+// A frame around payload bytes (encode_frame is frame_of(dump_message(m))).
+std::string frame_of(std::string_view payload);
 
 // Accumulates bytes and hands out whole frames.
 class FrameReader {
@@ -90,6 +94,28 @@ Result<WorkersSucceededMessage> workers_succeeded_from_json(const nlohmann::json
 
 nlohmann::json to_json(const FailureInfo& f);
 Result<FailureInfo> failure_from_json(const nlohmann::json& j);
+
+// --- Authentication (auth.hpp), each in a frame of its own, untagged -------
+
+// Agent -> server, the connection's first message when the agent has a key.
+struct HelloMessage {
+  std::string nonce;  // auth::kNonceBytes raw bytes (hex on the wire)
+};
+// Server -> agent: its nonce and its proof of the key.
+struct ChallengeMessage {
+  std::string nonce;
+  std::string proof;
+};
+// Agent -> server: its proof of the key; every frame after it is tagged.
+struct AuthMessage {
+  std::string proof;
+};
+nlohmann::json to_json(const HelloMessage& m);
+nlohmann::json to_json(const ChallengeMessage& m);
+nlohmann::json to_json(const AuthMessage& m);
+Result<HelloMessage> hello_from_json(const nlohmann::json& j);
+Result<ChallengeMessage> challenge_from_json(const nlohmann::json& j);
+Result<AuthMessage> auth_from_json(const nlohmann::json& j);
 
 // --- Server -> agent --------------------------------------------------------
 

@@ -16,10 +16,12 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "muster/common/status.hpp"
+#include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/core.hpp"
 
 namespace muster::rendezvous {
@@ -48,6 +50,11 @@ class RendezvousServer {
   RendezvousServer(const RendezvousServer&) = delete;
   RendezvousServer& operator=(const RendezvousServer&) = delete;
 
+  // From now on every connection must prove it holds `key` (auth.hpp)
+  // before anything it sends is acted on; set before the first connection.
+  void require_auth(auth::Key key) { key_.emplace(std::move(key)); }
+  bool requires_auth() const { return key_.has_value(); }
+
   int port() const { return port_; }
   std::size_t jobs() const { return jobs_.size(); }
   std::size_t tombstones() const { return tombstones_.size(); }
@@ -65,6 +72,7 @@ class RendezvousServer {
   void accept();
   void add_session(boost::asio::ip::tcp::socket socket, std::string already_read);
   void handle(Session& s, const std::string& payload);
+  void handshake(Session& s, const std::string& payload);
   void handle_join(Session& s, const nlohmann::json& msg);
   void deliver(Job& job, const std::vector<Output>& outputs);
   void rearm(Job& job, bool full = false);
@@ -75,6 +83,7 @@ class RendezvousServer {
 
   boost::asio::io_context& io_;
   ServerLimits limits_;
+  std::optional<auth::Key> key_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer retry_timer_;
   int port_ = 0;
