@@ -37,7 +37,8 @@ run configure 120 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMUSTER_WI
   -DMUSTER_NCCL_ROOT="$nccl" -DMUSTER_PYTHON="$(command -v "$py")" \
   -DBoost_DIR="$deps/lib/$arch/cmake/Boost-1.81.0" -Dboost_headers_DIR="$deps/lib/$arch/cmake/boost_headers-1.81.0" \
   -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
-  -DCatch2_DIR="$deps/lib/cmake/Catch2" || exit $?
+  -DCatch2_DIR="$deps/lib/cmake/Catch2" -DOPENSSL_ROOT_DIR="$deps" -DOPENSSL_INCLUDE_DIR="$deps/include" \
+  -DOPENSSL_CRYPTO_LIBRARY="$deps/lib/ossl/libcrypto.so" || exit $?
 run build 300 cmake --build build-gpu -j "$jobs" --target muster musterd nccl_tool ddp_cuda nccl_bench || exit $?
 status=0
 keep() { local rc=$?; [ "$status" -ne 0 ] || status=$rc; }  # the first failure decides

@@ -3,7 +3,7 @@
 # machine that has CMake, a C++ compiler, nvcc and PyTorch's NCCL wheel but no
 # Debian packages (the GPU machine): the Boost headers that muster's sources
 # actually include (found by the compiler from build/compile_commands.json),
-# nlohmann/json, CLI11 and Catch2, and their CMake package files in the same
+# nlohmann/json, CLI11, Catch2 and OpenSSL's libcrypto, and their CMake package files in the same
 # layout as here, so that `-D<Pkg>_DIR=...` finds them. scripts/gpu-check.sh
 # builds against it.
 #   scripts/gpu-deps.sh [OUT_DIR]     (default: .gpu-deps; needs scripts/build.sh first)
@@ -59,6 +59,13 @@ for d in /usr/lib/x86_64-linux-gnu/cmake/Boost-1.81.0 /usr/lib/x86_64-linux-gnu/
 done
 # Catch2's package names its main() library.
 cp /usr/lib/libCatch2WithMain.a "$out.tmp/lib/"
+# OpenSSL's libcrypto (the rendezvous's HMAC): headers, its configuration
+# header and the library, found by CMake's FindOpenSSL with OPENSSL_ROOT_DIR.
+cp -r /usr/include/openssl "$out.tmp/include/"
+cp /usr/include/x86_64-linux-gnu/openssl/*.h "$out.tmp/include/openssl/"
+mkdir -p "$out.tmp/lib/ossl"
+cp -L /usr/lib/x86_64-linux-gnu/libcrypto.so.3 "$out.tmp/lib/ossl/"
+ln -s libcrypto.so.3 "$out.tmp/lib/ossl/libcrypto.so"
 rm -rf "$out"
 mv "$out.tmp" "$out"
 du -sh "$out" | sed 's/^/gpu-deps: /'

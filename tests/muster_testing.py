@@ -175,7 +175,18 @@ class RdzvConn:
 
     def send(self, msg):
         data = json.dumps(msg).encode() if not isinstance(msg, bytes) else msg
-        self.sock.sendall(_struct.pack(">I", len(data)) + data)
+        self.send_frame(self._encode(data))
+
+    def send_frame(self, payload):
+        self.sock.sendall(_struct.pack(">I", len(payload)) + payload)
+
+    def _encode(self, data):
+        """A message's bytes as they go into a frame (AuthConn tags them)."""
+        return data
+
+    def _decode(self, payload):
+        """A frame's payload as a message (AuthConn checks its tag first)."""
+        return json.loads(payload)
 
     def join(self, job, node, nproc=1, min_nodes=1, max_nodes=1, **settings):
         s = {"min_nodes": min_nodes, "max_nodes": max_nodes, "keep_alive_interval_ms": 200,
@@ -190,7 +201,7 @@ class RdzvConn:
             if len(self.buf) >= 4:
                 (n,) = _struct.unpack(">I", self.buf[:4])
                 if len(self.buf) >= 4 + n:
-                    msg = json.loads(self.buf[4:4 + n])
+                    msg = self._decode(self.buf[4:4 + n])
                     self.buf = self.buf[4 + n:]
                     return msg
             try:
@@ -224,7 +235,7 @@ class RdzvConn:
                 (n,) = _struct.unpack(">I", self.buf[:4])
                 if len(self.buf) < 4 + n:
                     break
-                msg = json.loads(self.buf[4:4 + n])
+                msg = self._decode(self.buf[4:4 + n])
                 self.buf = self.buf[4 + n:]
                 if msg.get("type") not in ("heartbeat_ack", "waiting"):
                     return msg

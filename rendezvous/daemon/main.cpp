@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
   if (key.value()) {
     muster::log::info("musterd: agents must prove they hold the key from " + key.value()->source);
   } else if (!loopback) {
-    muster::log::warning("musterd: no auth key: any process that reaches " + listen +
+    muster::log::warning("musterd: no auth key: any process that reaches " + ep->host + ":" +
+                         std::to_string(server.value()->port()) +
                          " can join a job, take its rank 0 or end it; give --auth-key-file (docs/security.md)");
   }
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
