@@ -16,7 +16,7 @@
 namespace muster::launcher {
 namespace {
 
-enum class Kind { value, flag, help };
+enum class Kind { value, flag, help, version };
 enum class Type { str, integer, real };
 
 struct OptionSpec {
@@ -54,6 +54,7 @@ struct OptionSpec {
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       {{"-h", "--help"}, Kind::help, Type::str, false, std::nullopt, {}, "show this help message and exit"},
+      {{"--version"}, Kind::version, Type::str, false, std::nullopt, {}, "show muster's version and exit"},
       {{"--nnodes"}, Kind::value, Type::str, true, "1:1", {},
        "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>."},
       {{"--nproc-per-node", "--nproc_per_node"}, Kind::value, Type::str, true, "1", {},
@@ -308,6 +309,8 @@ Result<ParsedArgs> parse_args(const std::vector<std::string>& argv, const Enviro
       // A flag or -h.
       if (spec.kind == Kind::help) {
         out.help = true;
+      } else if (spec.kind == Kind::version) {
+        out.version = true;
       } else {
         out.flags[spec.dest()] = true;
         out.given[spec.dest()] = true;
@@ -326,7 +329,7 @@ Result<ParsedArgs> parse_args(const std::vector<std::string>& argv, const Enviro
       }
       return invalid_argument("argument " + spec.display() + ": ignored explicit argument '" + rest + "'");
     }
-    if (out.help) return out;
+    if (out.help || out.version) return out;
   }
 
   if (!saw_script) {

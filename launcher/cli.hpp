@@ -27,6 +27,7 @@ struct ParsedArgs {
   std::string training_script;
   std::vector<std::string> training_script_args;
   bool help = false;
+  bool version = false;
 };
 
 // argv without the program name. Errors are the text after "muster: error: ".

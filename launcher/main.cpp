@@ -14,6 +14,7 @@
 
 #include "agent.hpp"
 #include "cli.hpp"
+#include "muster/common/version.hpp"
 #include "muster/common/log.hpp"
 
 extern char** environ;
@@ -122,6 +123,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%smuster: error: %s\n", muster::launcher::usage_text(prog).c_str(),
                  parsed.status().message().c_str());
     return 2;
+  }
+  if (parsed->version) {
+    std::printf("muster %s\n", muster::version_string());
+    return 0;
   }
   if (parsed->help) {
     std::fputs(muster::launcher::help_text(prog).c_str(), stdout);

@@ -5,13 +5,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 
+#include "daemon_cli.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
 #include "muster/rendezvous/auth.hpp"
@@ -42,38 +42,19 @@ void notify_systemd(const char* state) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"musterd: the muster rendezvous daemon"};
-  std::string listen;
-  app.add_option("--listen", listen,
-                 "ADDR:PORT to listen on (0.0.0.0:29400 for every IPv4 interface, [::]:29400 for every "
-                 "interface); without it, loopback only (127.0.0.1:29400)");
-  std::string key_file;
-  app.add_option("--auth-key-file", key_file,
-                 "a file holding the shared secret every agent must prove it holds (default: "
-                 "$MUSTER_AUTH_KEY_FILE, then systemd's credential muster-auth-key)");
-  muster::rendezvous::ServerLimits limits;
-  long long join_wait_ms = limits.join_wait.count();
-  long long lifetime_s = std::chrono::duration_cast<std::chrono::seconds>(limits.finished_job_lifetime).count();
-  app.add_option("--max-jobs", limits.max_jobs, "jobs open at once; a join that would open one more is rejected")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1}, std::size_t{10000000}));
-  app.add_option("--max-connections-per-peer", limits.max_connections_per_peer,
-                 "connections held from one IP address; more are closed at once")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1}, std::size_t{10000000}));
-  app.add_option("--join-wait-ms", join_wait_ms, "a connection that has not joined within this is closed")
-      ->capture_default_str()
-      ->check(CLI::Range(1LL, 86400000LL));
-  app.add_option("--finished-job-lifetime", lifetime_s,
-                 "seconds a finished job is remembered, so late joiners learn it is closed")
-      ->capture_default_str()
-      ->check(CLI::Range(0LL, 30LL * 86400));
-  app.add_option("--max-finished-jobs", limits.max_tombstones, "finished jobs remembered at most (oldest go first)")
-      ->capture_default_str()
-      ->check(CLI::Range(std::size_t{0}, std::size_t{100000000}));
-  CLI11_PARSE(app, argc, argv);
-  limits.join_wait = std::chrono::milliseconds(join_wait_ms);
-  limits.finished_job_lifetime = std::chrono::seconds(lifetime_s);
+  muster::daemon::Options opt;
+  CLI::App app;
+  muster::daemon::define(app, opt);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; a usage error exits 2, as getopt tools do.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  opt.apply();
+  const auto& limits = opt.limits;
+  std::string listen = opt.listen;
+  const std::string& key_file = opt.key_file;
 
   // A daemon says what it does (jobs, rounds, losses) unless LOGLEVEL says otherwise.
   muster::log::set_level(muster::log::Level::info);

@@ -393,6 +393,9 @@ std::vector<Output> Rendezvous::workers_failed(MemberId member, int round, const
       std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) {
     return out;
   }
+  last_failure_ = failure;
+  last_failure_node_ = members_.at(member).request.node_name;
+  last_failure_at_ = now;
   if (restart_count_ < settings_.max_restarts) {
     const auto& name = members_.at(member).request.node_name;
     restart_round(out, true,
@@ -551,6 +554,48 @@ std::optional<TimePoint> Rendezvous::next_deadline() const {
     if (pending) consider(m.join_deadline);
   }
   return next;
+}
+
+const char* state_name(State s) {
+  switch (s) {
+    case State::forming: return "forming";
+    case State::running: return "running";
+    case State::closed: return "closed";
+  }
+  return "?";
+}
+
+JobView Rendezvous::view(TimePoint now) const {
+  JobView v;
+  v.state = state_;
+  v.round = round_;
+  v.restart_count = restart_count_;
+  v.settings = settings_;
+  v.in_round = participants_.size();
+  for (const auto& [id, m] : members_) {
+    MemberView mv;
+    mv.node_name = m.request.node_name;
+    mv.address = m.request.address;
+    mv.role = m.request.role;
+    mv.local_world_size = m.request.local_world_size;
+    if (auto a = assigned_.find(id); a != assigned_.end() && state_ == State::running) mv.group_rank = a->second.group_rank;
+    mv.in_round = participants_.count(id) > 0;
+    mv.waiting = waiting_.count(id) > 0;
+    mv.connected = m.connected;
+    mv.since_heard = std::chrono::duration_cast<Duration>(now - m.last_seen);
+    v.members.push_back(std::move(mv));
+  }
+  std::sort(v.members.begin(), v.members.end(), [](const MemberView& a, const MemberView& b) {
+    if (a.group_rank.has_value() != b.group_rank.has_value()) return a.group_rank.has_value();
+    if (a.group_rank && *a.group_rank != *b.group_rank) return *a.group_rank < *b.group_rank;
+    return a.node_name < b.node_name;
+  });
+  if (last_failure_) {
+    v.last_failure = last_failure_;
+    v.last_failure_node = last_failure_node_;
+    v.since_last_failure = std::chrono::duration_cast<Duration>(now - last_failure_at_);
+  }
+  return v;
 }
 
 }  // namespace muster::rendezvous

@@ -434,6 +434,154 @@ Result<AuthMessage> auth_from_json(const json& j) {
   return m;
 }
 
+json to_json(const JobsQuery& q) { return {{"type", "jobs"}, {"v", kProtocolVersion}, {"after", q.after}}; }
+json to_json(const JobQuery& q) {
+  return {{"type", "job"}, {"v", kProtocolVersion}, {"job", q.job}, {"from", q.from}};
+}
+
+Result<JobsQuery> jobs_query_from_json(const json& j) {
+  JobsQuery q;
+  Fields f(j, "jobs");
+  f.string("after", kMaxNameLength, q.after, false);
+  if (!f.ok()) return f.status();
+  return q;
+}
+
+Result<JobQuery> job_query_from_json(const json& j) {
+  JobQuery q;
+  Fields f(j, "job");
+  f.string("job", kMaxNameLength, q.job);
+  f.integer("from", 0, kMaxInt, q.from, false);
+  if (!f.ok()) return f.status();
+  return q;
+}
+
+json to_json(const JobSummary& s) {
+  return {{"id", s.id},         {"state", s.state},       {"nodes", s.nodes},
+          {"in_round", s.in_round}, {"min_nodes", s.min_nodes}, {"max_nodes", s.max_nodes},
+          {"round", s.round},   {"restarts", s.restarts}, {"max_restarts", s.max_restarts},
+          {"age_ms", s.age_ms}};
+}
+
+json to_json(const MemberSummary& m) {
+  json r = {{"node", m.node},
+            {"address", m.address},
+            {"role", m.role},
+            {"local_world_size", m.local_world_size},
+            {"in_round", m.in_round},
+            {"waiting", m.waiting},
+            {"connected", m.connected},
+            {"heard_ms_ago", m.heard_ms_ago}};
+  r["group_rank"] = m.group_rank ? json(*m.group_rank) : json(nullptr);
+  return r;
+}
+
+json to_json(const JobsReply& r) {
+  json jobs = json::array();
+  for (const auto& s : r.jobs) jobs.push_back(to_json(s));
+  json out = {{"type", "jobs"}, {"v", kProtocolVersion}, {"jobs", std::move(jobs)}};
+  if (r.next_after) out["next_after"] = *r.next_after;
+  return out;
+}
+
+json to_json(const JobReply& r) {
+  json members = json::array();
+  for (const auto& m : r.members) members.push_back(to_json(m));
+  json out = {{"type", "job"},
+              {"v", kProtocolVersion},
+              {"job", to_json(r.job)},
+              {"total_members", r.total_members},
+              {"members", std::move(members)}};
+  if (r.next_from) out["next_from"] = *r.next_from;
+  if (r.last_failure) {
+    out["last_failure"] = to_json(*r.last_failure);
+    out["last_failure_node"] = r.last_failure_node;
+    out["last_failure_ms_ago"] = r.last_failure_ms_ago;
+  }
+  return out;
+}
+
+namespace {
+constexpr long long kMaxAgeMs = std::numeric_limits<long long>::max() / 2;
+
+Result<JobSummary> job_summary_from_json(const json& j) {
+  JobSummary s;
+  Fields f(j, "job");
+  f.string("id", kMaxNameLength, s.id);
+  f.string("state", kMaxNameLength, s.state);
+  f.integer("nodes", 0, kMaxInt, s.nodes);
+  f.integer("in_round", 0, kMaxInt, s.in_round);
+  f.integer("min_nodes", 0, kMaxNodes, s.min_nodes);
+  f.integer("max_nodes", 0, kMaxNodes, s.max_nodes);
+  f.integer("round", 0, kMaxInt, s.round);
+  f.integer("restarts", 0, kMaxInt, s.restarts);
+  f.integer("max_restarts", 0, kMaxInt, s.max_restarts);
+  f.integer("age_ms", 0, kMaxAgeMs, s.age_ms);
+  if (!f.ok()) return f.status();
+  return s;
+}
+}  // namespace
+
+Result<JobsReply> jobs_reply_from_json(const json& j) {
+  JobsReply r;
+  Fields f(j, "jobs");
+  std::string after;
+  if (f.has("next_after") && f.string("next_after", kMaxNameLength, after)) r.next_after = after;
+  if (!f.ok()) return f.status();
+  auto list = j.find("jobs");
+  if (list == j.end() || !list->is_array()) return invalid_argument("jobs: \"jobs\" must be an array");
+  for (const auto& e : *list) {
+    auto s = job_summary_from_json(e);
+    if (!s.ok()) return s.status();
+    r.jobs.push_back(std::move(s).value());
+  }
+  return r;
+}
+
+Result<JobReply> job_reply_from_json(const json& j) {
+  JobReply r;
+  Fields f(j, "job");
+  const json* job = f.object("job");
+  f.integer("total_members", 0, kMaxInt, r.total_members);
+  int next = 0;
+  if (f.has("next_from") && f.integer("next_from", 0, kMaxInt, next)) r.next_from = next;
+  const json* failure = f.has("last_failure") ? f.object("last_failure") : nullptr;
+  if (failure) {
+    f.string("last_failure_node", kMaxNameLength, r.last_failure_node);
+    f.integer("last_failure_ms_ago", 0, kMaxAgeMs, r.last_failure_ms_ago);
+  }
+  if (!f.ok()) return f.status();
+  auto s = job_summary_from_json(*job);
+  if (!s.ok()) return s.status();
+  r.job = std::move(s).value();
+  if (failure) {
+    auto decoded = failure_from_json(*failure);
+    if (!decoded.ok()) return decoded.status();
+    r.last_failure = std::move(decoded).value();
+  }
+  auto list = j.find("members");
+  if (list == j.end() || !list->is_array()) return invalid_argument("job: \"members\" must be an array");
+  for (const auto& e : *list) {
+    MemberSummary m;
+    Fields g(e, "member");
+    g.string("node", kMaxNameLength, m.node);
+    g.string("address", kMaxNameLength, m.address);
+    g.string("role", kMaxNameLength, m.role);
+    g.integer("local_world_size", 1, kMaxLocalWorldSize, m.local_world_size);
+    g.boolean("in_round", m.in_round);
+    g.boolean("waiting", m.waiting);
+    g.boolean("connected", m.connected);
+    g.integer("heard_ms_ago", 0, kMaxAgeMs, m.heard_ms_ago);
+    if (g.ok() && e.is_object() && e.contains("group_rank") && !e["group_rank"].is_null()) {
+      int rank = 0;
+      if (g.integer("group_rank", 0, kMaxNodes, rank)) m.group_rank = rank;
+    }
+    if (!g.ok()) return g.status();
+    r.members.push_back(std::move(m));
+  }
+  return r;
+}
+
 json to_json(const FailureInfo& f) {
   json j = {{"global_rank", f.global_rank}, {"local_rank", f.local_rank}, {"exitcode", f.exitcode},
             {"host", f.host},               {"message", f.message},       {"timestamp", f.timestamp}};

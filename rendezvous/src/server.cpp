@@ -21,6 +21,7 @@ struct RendezvousServer::Job : std::enable_shared_from_this<Job> {
   Settings settings;
   Rendezvous rdzv;
   asio::steady_timer timer;
+  TimePoint created = Clock::now();
   bool armed = false;
   TimePoint armed_at{};
 };
@@ -221,6 +222,9 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
         (type == "heartbeat" || type == "leave" || type == "workers_failed" || type == "workers_succeeded")) {
       return;
     }
+    // An operator's questions, on any connection (musterctl's has no job).
+    if (type == "jobs") return answer_jobs(s, msg);
+    if (type == "job") return answer_job(s, msg);
     if (s.job == nullptr) {
       return s.fail(Code::invalid_argument,
                     "'" + log_excerpt(type, 64) + "' before 'join': a connection starts with a join");
@@ -255,6 +259,137 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
     // Nothing above should throw; if something does, only this peer pays.
     s.fail(Code::internal, std::string("the server could not handle the message: ") + e.what());
   }
+}
+
+namespace {
+
+long long ms_between(TimePoint from, TimePoint to) {
+  return to > from ? std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count() : 0;
+}
+
+// What a listing costs in bytes, roughly (the fields' names and numbers).
+constexpr std::size_t kSummaryOverhead = 200;
+constexpr std::size_t kMemberOverhead = 200;
+
+}  // namespace
+
+void RendezvousServer::answer_jobs(Session& s, const json& msg) {
+  auto q = jobs_query_from_json(msg);
+  if (!q.ok()) return s.fail(Code::invalid_argument, q.status().message());
+  auto now = Clock::now();
+  expire_tombstones(now);
+  JobsReply reply;
+  auto live = q->after.empty() ? jobs_.begin() : jobs_.upper_bound(q->after);
+  auto done = q->after.empty() ? tombstones_.begin() : tombstones_.upper_bound(q->after);
+  std::size_t bytes = 0;
+  // Open and finished jobs merged by id (an id is never both).
+  while (live != jobs_.end() || done != tombstones_.end()) {
+    bool take_live = done == tombstones_.end() || (live != jobs_.end() && live->first < done->first);
+    JobSummary js;
+    if (take_live) {
+      const Job& job = *live->second;
+      js.id = job.id;
+      js.state = state_name(job.rdzv.state());
+      js.nodes = static_cast<int>(job.rdzv.members());
+      js.in_round = static_cast<int>(job.rdzv.participants());
+      js.min_nodes = job.settings.min_nodes;
+      js.max_nodes = job.settings.max_nodes;
+      js.round = job.rdzv.round();
+      js.restarts = job.rdzv.restart_count();
+      js.max_restarts = job.settings.max_restarts;
+      js.age_ms = ms_between(job.created, now);
+    } else {
+      const Tombstone& t = done->second;
+      js.id = done->first;
+      js.state = t.success ? "succeeded" : "failed";
+      js.min_nodes = t.min_nodes;
+      js.max_nodes = t.max_nodes;
+      js.round = t.round;
+      js.restarts = t.restarts;
+      js.max_restarts = t.max_restarts;
+      js.age_ms = ms_between(t.created, now);
+    }
+    bytes += js.id.size() + kSummaryOverhead;
+    if (bytes > kQueryReplyBytes && !reply.jobs.empty()) {
+      reply.next_after = reply.jobs.back().id;
+      break;
+    }
+    reply.jobs.push_back(std::move(js));
+    if (take_live) ++live;
+    else ++done;
+  }
+  s.send(to_json(reply));
+}
+
+void RendezvousServer::answer_job(Session& s, const json& msg) {
+  auto q = job_query_from_json(msg);
+  if (!q.ok()) return s.fail(Code::invalid_argument, q.status().message());
+  auto now = Clock::now();
+  expire_tombstones(now);
+  auto it = jobs_.find(q->job);
+  if (it == jobs_.end()) {
+    auto t = tombstones_.find(q->job);
+    if (t == tombstones_.end()) {
+      // Not a fault of the connection: said, and closed, without a warning.
+      s.send(error_message(Code::not_found, "no job '" + log_excerpt(q->job, 64) + "' here"));
+      s.close_after_write_ = true;
+      if (!s.out_.writing()) s.close();
+      return;
+    }
+    JobReply reply;
+    reply.job.id = t->first;
+    reply.job.state = t->second.success ? "succeeded" : "failed";
+    reply.job.min_nodes = t->second.min_nodes;
+    reply.job.max_nodes = t->second.max_nodes;
+    reply.job.round = t->second.round;
+    reply.job.restarts = t->second.restarts;
+    reply.job.max_restarts = t->second.max_restarts;
+    reply.job.age_ms = ms_between(t->second.created, now);
+    reply.last_failure = t->second.failure;
+    reply.last_failure_node = t->second.failure_node;
+    reply.last_failure_ms_ago = ms_between(t->second.failure_at, now);
+    return s.send(to_json(reply));
+  }
+  const Job& job = *it->second;
+  JobView view = job.rdzv.view(now);
+  JobReply reply;
+  reply.job.id = job.id;
+  reply.job.state = state_name(view.state);
+  reply.job.nodes = static_cast<int>(view.members.size());
+  reply.job.in_round = static_cast<int>(view.in_round);
+  reply.job.min_nodes = job.settings.min_nodes;
+  reply.job.max_nodes = job.settings.max_nodes;
+  reply.job.round = view.round;
+  reply.job.restarts = view.restart_count;
+  reply.job.max_restarts = job.settings.max_restarts;
+  reply.job.age_ms = ms_between(job.created, now);
+  reply.total_members = static_cast<int>(view.members.size());
+  std::size_t bytes = 0;
+  for (std::size_t i = static_cast<std::size_t>(q->from); i < view.members.size(); ++i) {
+    const MemberView& m = view.members[i];
+    bytes += m.node_name.size() + m.address.size() + m.role.size() + kMemberOverhead;
+    if (bytes > kQueryReplyBytes && !reply.members.empty()) {
+      reply.next_from = static_cast<int>(i);
+      break;
+    }
+    MemberSummary ms;
+    ms.node = m.node_name;
+    ms.address = m.address;
+    ms.role = m.role;
+    ms.local_world_size = m.local_world_size;
+    ms.group_rank = m.group_rank;
+    ms.in_round = m.in_round;
+    ms.waiting = m.waiting;
+    ms.connected = m.connected;
+    ms.heard_ms_ago = std::max<long long>(0, m.since_heard.count());
+    reply.members.push_back(std::move(ms));
+  }
+  if (view.last_failure) {
+    reply.last_failure = view.last_failure;
+    reply.last_failure_node = view.last_failure_node;
+    reply.last_failure_ms_ago = view.since_last_failure ? view.since_last_failure->count() : 0;
+  }
+  s.send(to_json(reply));
 }
 
 // The connection has not proved it holds the key yet: its first message must
@@ -392,8 +527,23 @@ void RendezvousServer::retire_if_closed(Job& job) {
   if (!closed) return;
   auto now = Clock::now();
   // A tombstoned id cannot open a job until its tombstone is gone, so the id is new here.
-  auto [slot, added] = tombstones_.insert_or_assign(job.id, Tombstone{job.rdzv.succeeded(),
-                                                                      saturating_add(now, limits_.finished_job_lifetime)});
+  Tombstone t;
+  t.success = job.rdzv.succeeded();
+  t.expires = saturating_add(now, limits_.finished_job_lifetime);
+  t.created = job.created;
+  t.min_nodes = job.settings.min_nodes;
+  t.max_nodes = job.settings.max_nodes;
+  t.round = job.rdzv.round();
+  t.restarts = job.rdzv.restart_count();
+  t.max_restarts = job.settings.max_restarts;
+  JobView view = job.rdzv.view(now);
+  if (!t.success && view.last_failure) {
+    t.failure = view.last_failure;
+    if (t.failure->message.size() > kTombstoneMessage) t.failure->message.resize(kTombstoneMessage);
+    t.failure_node = view.last_failure_node;
+    t.failure_at = now - view.since_last_failure.value_or(Duration(0));
+  }
+  auto [slot, added] = tombstones_.insert_or_assign(job.id, t);
   if (added) tombstone_order_.push_back(slot);
   while (tombstones_.size() > limits_.max_tombstones && !tombstone_order_.empty()) {
     tombstones_.erase(tombstone_order_.front());

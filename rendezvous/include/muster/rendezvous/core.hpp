@@ -185,6 +185,32 @@ using Output = std::variant<out::Assign, out::Restart, out::Reject, out::Finishe
                             out::Waiting, out::Log>;
 
 enum class State { forming, running, closed };
+const char* state_name(State s);
+
+// What an operator asks about a job (musterctl): a snapshot, no I/O.
+struct MemberView {
+  std::string node_name;
+  std::string address;
+  std::string role;
+  int local_world_size = 0;
+  std::optional<int> group_rank;  // in the running round
+  bool in_round = false;          // joined the current round
+  bool waiting = false;           // joined while a round runs
+  bool connected = true;
+  Duration since_heard{0};
+};
+struct JobView {
+  State state = State::forming;
+  int round = 0;
+  int restart_count = 0;
+  Settings settings;
+  std::size_t in_round = 0;  // members of the current (or forming) round
+  std::vector<MemberView> members;  // by group rank, then by name
+  // The latest failure a member reported (with or without a restart).
+  std::optional<FailureInfo> last_failure;
+  std::string last_failure_node;
+  std::optional<Duration> since_last_failure;
+};
 
 class Rendezvous {
  public:
@@ -211,6 +237,7 @@ class Rendezvous {
   // a driver can skip re-arming its timer when one is set earlier.
   Duration shortest_timeout() const;
 
+  JobView view(TimePoint now) const;
   State state() const { return state_; }
   int round() const { return round_; }
   int restart_count() const { return restart_count_; }
@@ -262,6 +289,9 @@ class Rendezvous {
   // Whether this core has seen a round of its own; until then joins may tell
   // it the job's history (known_round, known_restart_count, resume).
   bool history_ = false;
+  std::optional<FailureInfo> last_failure_;
+  std::string last_failure_node_;
+  TimePoint last_failure_at_{};
   // Rebuilding a running round from resuming members (a restarted server).
   bool recovering_ = false;
   int recovering_world_ = 0;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "muster/common/status.hpp"
 #include "muster/rendezvous/core.hpp"
@@ -116,6 +117,68 @@ nlohmann::json to_json(const AuthMessage& m);
 Result<HelloMessage> hello_from_json(const nlohmann::json& j);
 Result<ChallengeMessage> challenge_from_json(const nlohmann::json& j);
 Result<AuthMessage> auth_from_json(const nlohmann::json& j);
+
+// --- Operator queries (musterctl), on a connection that need not join -------
+
+// Replies are cut to about kQueryReplyBytes of JSON and say where to go on.
+constexpr std::size_t kQueryReplyBytes = 512 * 1024;
+
+// "jobs": every job the server holds, open and recently finished, by id,
+// starting after `after`.
+struct JobsQuery {
+  std::string after;
+};
+// "job": one job and its members, from member `from` (by group rank, then name).
+struct JobQuery {
+  std::string job;
+  int from = 0;
+};
+struct JobSummary {
+  std::string id;
+  std::string state;  // forming, running, closed; succeeded, failed once finished
+  int nodes = 0;      // members connected to the job (joined or waiting)
+  int in_round = 0;   // of those, in the current round
+  int min_nodes = 0;
+  int max_nodes = 0;
+  int round = 0;
+  int restarts = 0;
+  int max_restarts = 0;
+  long long age_ms = 0;
+};
+struct JobsReply {
+  std::vector<JobSummary> jobs;
+  std::optional<std::string> next_after;  // more after this id
+};
+struct MemberSummary {
+  std::string node;
+  std::string address;
+  std::string role;
+  int local_world_size = 0;
+  std::optional<int> group_rank;
+  bool in_round = false;
+  bool waiting = false;
+  bool connected = true;
+  long long heard_ms_ago = 0;
+};
+struct JobReply {
+  JobSummary job;
+  int total_members = 0;
+  std::vector<MemberSummary> members;
+  std::optional<int> next_from;
+  std::optional<FailureInfo> last_failure;
+  std::string last_failure_node;
+  long long last_failure_ms_ago = 0;
+};
+nlohmann::json to_json(const JobsQuery& q);
+nlohmann::json to_json(const JobQuery& q);
+Result<JobsQuery> jobs_query_from_json(const nlohmann::json& j);
+Result<JobQuery> job_query_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const JobSummary& s);
+nlohmann::json to_json(const MemberSummary& m);
+nlohmann::json to_json(const JobsReply& r);
+nlohmann::json to_json(const JobReply& r);
+Result<JobsReply> jobs_reply_from_json(const nlohmann::json& j);
+Result<JobReply> job_reply_from_json(const nlohmann::json& j);
 
 // --- Server -> agent --------------------------------------------------------
 

@@ -67,12 +67,26 @@ class RendezvousServer {
   struct Tombstone {
     bool success = false;
     TimePoint expires{};
+    // What `musterctl jobs` shows of a finished job.
+    TimePoint created{};
+    int min_nodes = 0;
+    int max_nodes = 0;
+    int round = 0;
+    int restarts = 0;
+    int max_restarts = 0;
+    // A failed job's root cause, its message cut to kTombstoneMessage bytes.
+    std::optional<FailureInfo> failure;
+    std::string failure_node;
+    TimePoint failure_at{};
   };
+  static constexpr std::size_t kTombstoneMessage = 256;
   RendezvousServer(boost::asio::io_context& io, ServerLimits limits);
   void accept();
   void add_session(boost::asio::ip::tcp::socket socket, std::string already_read);
   void handle(Session& s, const std::string& payload);
   void handshake(Session& s, const std::string& payload);
+  void answer_jobs(Session& s, const nlohmann::json& msg);
+  void answer_job(Session& s, const nlohmann::json& msg);
   void handle_join(Session& s, const nlohmann::json& msg);
   void deliver(Job& job, const std::vector<Output>& outputs);
   void rearm(Job& job, bool full = false);
