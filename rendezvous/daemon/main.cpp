@@ -7,6 +7,10 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <ctime>
+#include <functional>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -14,6 +18,8 @@
 #include "daemon_cli.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
+#include "muster/common/version.hpp"
+#include "muster/metrics/http.hpp"
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/server.hpp"
 
@@ -37,6 +43,58 @@ void notify_systemd(const char* state) {
   ::sendto(fd, state, std::strlen(state), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
            static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
   ::close(fd);
+}
+
+constexpr std::chrono::microseconds kStatusEvery = std::chrono::seconds(5);
+
+// systemd's WATCHDOG_USEC, when it is meant for this process.
+std::optional<std::chrono::microseconds> watchdog_interval() {
+  const char* usec = std::getenv("WATCHDOG_USEC");
+  if (usec == nullptr || usec[0] == '\0') return std::nullopt;
+  if (const char* pid = std::getenv("WATCHDOG_PID"); pid != nullptr && pid[0] != '\0') {
+    if (std::strtoll(pid, nullptr, 10) != static_cast<long long>(getpid())) return std::nullopt;
+  }
+  char* end = nullptr;
+  long long v = std::strtoll(usec, &end, 10);
+  if (end == usec || *end != '\0' || v <= 0) return std::nullopt;
+  return std::chrono::microseconds(v);
+}
+
+// RELOADING=1 with the monotonic time that systemd 253 and later ask for.
+std::string reloading_message() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  long long usec = static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+  return "RELOADING=1\nMONOTONIC_USEC=" + std::to_string(usec);
+}
+
+std::string render_metrics(muster::rendezvous::ServerStats st) {
+  muster::metrics::Text t;
+  t.family("musterd_jobs", "gauge", "Jobs the daemon holds: open ones by state, finished ones it remembers by outcome.");
+  for (const auto& [state, n] : st.jobs) t.sample({{"state", state}}, static_cast<double>(n));
+  t.family("musterd_nodes", "gauge", "Nodes (agents) that are members of an open job.");
+  t.sample(static_cast<double>(st.nodes));
+  t.family("musterd_connections", "gauge", "Open connections.");
+  t.sample(static_cast<double>(st.connections));
+  t.family("musterd_rounds_total", "counter", "Rounds completed (ranks assigned), over every job.");
+  t.sample(static_cast<double>(st.totals.rounds));
+  t.family("musterd_restarts_total", "counter", "Rounds ended by a worker failure with a restart left.");
+  t.sample(static_cast<double>(st.totals.restarts));
+  t.family("musterd_failures_total", "counter", "Worker failures reported by agents.");
+  t.sample(static_cast<double>(st.totals.failures));
+  t.family("musterd_node_losses_total", "counter",
+           "Members lost: silence (no heartbeat within the dead-after window) or left (the agent said goodbye).");
+  t.sample({{"reason", "silence"}}, static_cast<double>(st.totals.lost_to_silence));
+  t.sample({{"reason", "left"}}, static_cast<double>(st.totals.left));
+  t.family("musterd_rejected_total", "counter", "Connections and joins refused, by reason.");
+  for (const char* reason : {"auth", "bad_message", "no_join", "connections_per_peer", "max_jobs", "job_closed",
+                             "job_settings", "internal"}) {
+    st.rejected.emplace(reason, 0);
+  }
+  for (const auto& [reason, n] : st.rejected) t.sample({{"reason", reason}}, static_cast<double>(n));
+  t.family("musterd_build_info", "gauge", "The running musterd's version.");
+  t.sample({{"version", muster::version_number()}, {"revision", muster::git_revision()}}, 1);
+  return t.str();
 }
 
 }  // namespace
@@ -100,11 +158,83 @@ int main(int argc, char** argv) {
                          std::to_string(server.value()->port()) +
                          " can join a job, take its rank 0 or end it; give --auth-key-file (docs/security.md)");
   }
+  auto& rdzv = *server.value();
+
+  std::unique_ptr<muster::metrics::HttpServer> metrics;
+  if (!opt.metrics_listen.empty()) {
+    auto mep = muster::parse_endpoint(opt.metrics_listen, 9400);
+    if (!mep.ok()) {
+      std::cerr << "musterd: error: --metrics-listen: " << mep.status().message() << "\n";
+      return 2;
+    }
+    std::string mhost = mep->host == "localhost" ? "127.0.0.1" : mep->host;
+    if (mhost.size() > 2 && mhost.front() == '[') mhost = mhost.substr(1, mhost.size() - 2);
+    auto m = muster::metrics::HttpServer::listen(io, mhost, mep->port, [&rdzv] { return render_metrics(rdzv.stats()); });
+    if (!m.ok()) {
+      std::cerr << "musterd: error: --metrics-listen: " << m.status().message() << "\n";
+      return 1;
+    }
+    metrics = std::move(m.value());
+    std::cout << "musterd metrics on " << mep->host << ":" << metrics->port() << std::endl;
+  }
+
+  // systemd: the watchdog is fed from this loop (a wedged loop stops feeding
+  // it and is restarted), and STATUS= says what the daemon holds.
+  auto watchdog = watchdog_interval();
+  auto tick = watchdog ? std::min<std::chrono::microseconds>(*watchdog / 2, kStatusEvery) : kStatusEvery;
+  boost::asio::steady_timer status_timer(io);
+  std::string last_status;
+  std::function<void()> feed = [&] {
+    if (watchdog) notify_systemd("WATCHDOG=1");
+    auto st = rdzv.stats();
+    std::size_t open_jobs = st.jobs["forming"] + st.jobs["running"] + st.jobs["closed"];
+    std::string status = "STATUS=" + std::to_string(open_jobs) + " jobs, " + std::to_string(st.nodes) + " nodes, " +
+                         std::to_string(st.connections) + " connections";
+    if (status != last_status) {
+      notify_systemd(status.c_str());
+      last_status = status;
+    }
+    status_timer.expires_after(tick);
+    status_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) feed();
+    });
+  };
+  if (std::getenv("NOTIFY_SOCKET") != nullptr) feed();
+
+  // SIGHUP reloads the key (the same source as at start): new connections
+  // need the new one, authenticated ones keep theirs.
+  boost::asio::signal_set hangup(io, SIGHUP);
+  std::function<void()> on_hangup = [&] {
+    hangup.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      notify_systemd(reloading_message().c_str());
+      auto fresh = muster::rendezvous::auth::find_key(key_file, std::getenv("MUSTER_AUTH_KEY_FILE"),
+                                                      std::getenv("CREDENTIALS_DIRECTORY"));
+      if (!fresh.ok()) {
+        muster::log::error("musterd: reload: " + fresh.status().message() + "; keeping the key in use");
+      } else if (!fresh.value()) {
+        muster::log::error(rdzv.requires_auth() ? "musterd: reload: no key is configured any more; keeping the "
+                                                  "key in use (restart musterd to run without one)"
+                                                : "musterd: reload: no key configured; nothing to reload");
+      } else {
+        rdzv.require_auth(fresh.value()->key);
+        muster::log::info("musterd: reloaded the auth key from " + fresh.value()->source +
+                          "; connections authenticated before keep theirs");
+      }
+      notify_systemd("READY=1");
+      on_hangup();
+    });
+  };
+  on_hangup();
+
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](const boost::system::error_code&, int signo) {
     notify_systemd("STOPPING=1");
     muster::log::warning("musterd: signal " + std::to_string(signo) + ", shutting down");
-    server.value()->close();
+    status_timer.cancel();
+    hangup.cancel();
+    if (metrics) metrics->close();
+    rdzv.close();
     io.stop();
   });
   notify_systemd("READY=1");

@@ -316,6 +316,7 @@ std::vector<MemberId> Rendezvous::rank_order() const {
 }
 
 void Rendezvous::complete_round(std::vector<Output>& out) {
+  ++counters_.rounds;
   ranked_ = rank_order();
   std::vector<NodeSlot> slots;
   for (MemberId id : ranked_) {
@@ -340,6 +341,7 @@ void Rendezvous::complete_round(std::vector<Output>& out) {
 }
 
 void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std::string& reason, TimePoint now) {
+  if (counts) ++counters_.restarts;
   note(out, "round " + std::to_string(round_) + " ends: " + reason +
                 (counts ? " (restart " + std::to_string(restart_count_ + 1) + " of " +
                               std::to_string(settings_.max_restarts) + ")"
@@ -393,6 +395,7 @@ std::vector<Output> Rendezvous::workers_failed(MemberId member, int round, const
       std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) {
     return out;
   }
+  ++counters_.failures;
   last_failure_ = failure;
   last_failure_node_ = members_.at(member).request.node_name;
   last_failure_at_ = now;
@@ -441,7 +444,10 @@ bool Rendezvous::maybe_succeed(std::vector<Output>& out) {
   return true;
 }
 
-std::vector<Output> Rendezvous::leave(MemberId member, TimePoint now) { return drop(member, now, "left the job"); }
+std::vector<Output> Rendezvous::leave(MemberId member, TimePoint now) {
+  if (members_.count(member)) ++counters_.left;
+  return drop(member, now, "left the job");
+}
 
 void Rendezvous::disconnected(MemberId member) {
   if (auto it = members_.find(member); it != members_.end()) it->second.connected = false;
@@ -482,6 +488,7 @@ void Rendezvous::remove_dead(TimePoint now, std::vector<Output>& out) {
     if (now >= saturating_add(m.last_seen, settings_.dead_after())) dead.push_back(id);
   }
   for (MemberId id : dead) {
+    ++counters_.lost_to_silence;
     auto more = drop(id, now, "stopped answering for " + seconds_text(settings_.dead_after()), true);
     out.insert(out.end(), more.begin(), more.end());
   }

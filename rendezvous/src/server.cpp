@@ -69,6 +69,10 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   // Sends the error and closes once it is written.
   void fail(Code code, const std::string& message) {
     if (closed_ || close_after_write_) return;
+    server_.count_rejected(code == Code::auth_failed        ? "auth"
+                           : code == Code::timeout           ? "no_join"
+                           : code == Code::invalid_argument  ? "bad_message"
+                                                             : code_name(code));
     log::warning("rendezvous: closing the connection from " + peer_ + ": " + log_excerpt(message, 300));
     send(error_message(code, message));
     close_after_write_ = true;
@@ -188,6 +192,7 @@ void RendezvousServer::add_session(tcp::socket socket, std::string already_read)
       log::warning("rendezvous: refusing connections from " + session->peer_address() + ": it holds " +
                    std::to_string(count) + ", the limit per address");
     }
+    count_rejected("connections_per_peer");
     session->close();
     return;
   }
@@ -441,6 +446,7 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
   auto now = Clock::now();
   expire_tombstones(now);
   auto reject = [&](Code code, const std::string& message) {
+    count_rejected(code == Code::unavailable ? "max_jobs" : code == Code::closed ? "job_closed" : "job_settings");
     s.send({{"type", "reject"}, {"v", kProtocolVersion}, {"code", code_name(code)}, {"message", message}});
   };
   // A session displaced from its job (its node joined again elsewhere, the job
@@ -521,6 +527,7 @@ void RendezvousServer::retire_if_closed(Job& job) {
   auto it = jobs_.find(job.id);
   if (it == jobs_.end() || it->second.get() != &job) return;
   std::shared_ptr<Job> keep = it->second;  // job stays valid to the end of this function
+  retired_ += job.rdzv.counters();
   jobs_.erase(it);
   job.timer.cancel();
   job.armed = false;
@@ -550,6 +557,21 @@ void RendezvousServer::retire_if_closed(Job& job) {
     tombstone_order_.pop_front();
   }
   log::info("rendezvous: job '" + log_excerpt(job.id, 64) + "' " + (job.rdzv.succeeded() ? "finished" : "failed"));
+}
+
+ServerStats RendezvousServer::stats() const {
+  ServerStats st;
+  for (const char* state : {"forming", "running", "closed", "succeeded", "failed"}) st.jobs[state] = 0;
+  st.totals = retired_;
+  for (const auto& [id, job] : jobs_) {
+    ++st.jobs[state_name(job->rdzv.state())];
+    st.nodes += job->rdzv.members();
+    st.totals += job->rdzv.counters();
+  }
+  for (const auto& [id, t] : tombstones_) ++st.jobs[t.success ? "succeeded" : "failed"];
+  st.connections = sessions_.size();
+  st.rejected = rejected_;
+  return st;
 }
 
 void RendezvousServer::expire_tombstones(TimePoint now) {

@@ -212,6 +212,23 @@ struct JobView {
   std::optional<Duration> since_last_failure;
 };
 
+// What a job has done so far, for metrics; the server adds up its jobs'.
+struct Counters {
+  uint64_t rounds = 0;            // rounds completed
+  uint64_t restarts = 0;          // rounds ended by a failure (with a restart left)
+  uint64_t failures = 0;          // workers_failed reports acted on
+  uint64_t lost_to_silence = 0;   // members dropped after the dead-after window
+  uint64_t left = 0;              // members that said leave
+  Counters& operator+=(const Counters& o) {
+    rounds += o.rounds;
+    restarts += o.restarts;
+    failures += o.failures;
+    lost_to_silence += o.lost_to_silence;
+    left += o.left;
+    return *this;
+  }
+};
+
 class Rendezvous {
  public:
   explicit Rendezvous(Settings settings);
@@ -238,6 +255,7 @@ class Rendezvous {
   Duration shortest_timeout() const;
 
   JobView view(TimePoint now) const;
+  const Counters& counters() const { return counters_; }
   State state() const { return state_; }
   int round() const { return round_; }
   int restart_count() const { return restart_count_; }
@@ -289,6 +307,7 @@ class Rendezvous {
   // Whether this core has seen a round of its own; until then joins may tell
   // it the job's history (known_round, known_restart_count, resume).
   bool history_ = false;
+  Counters counters_;
   std::optional<FailureInfo> last_failure_;
   std::string last_failure_node_;
   TimePoint last_failure_at_{};

@@ -38,6 +38,15 @@ struct ServerLimits {
   std::size_t max_tombstones = 100000;
 };
 
+// What the server holds and has done, for its metrics.
+struct ServerStats {
+  std::map<std::string, std::size_t> jobs;  // by state: forming, running, closed; succeeded, failed (remembered)
+  std::size_t nodes = 0;                    // members of open jobs
+  std::size_t connections = 0;
+  Counters totals;                          // over every job since start
+  std::map<std::string, uint64_t> rejected;  // connections and joins refused, by reason
+};
+
 class RendezvousServer {
  public:
   static Result<std::unique_ptr<RendezvousServer>> listen(boost::asio::io_context& io, const std::string& host,
@@ -59,6 +68,7 @@ class RendezvousServer {
   std::size_t jobs() const { return jobs_.size(); }
   std::size_t tombstones() const { return tombstones_.size(); }
   std::size_t connections() const { return sessions_.size(); }
+  ServerStats stats() const;
   void close();
 
  private:
@@ -94,6 +104,7 @@ class RendezvousServer {
   void retire_if_closed(Job& job);
   void expire_tombstones(TimePoint now);
   void gone(Session& s);
+  void count_rejected(const std::string& reason) { ++rejected_[reason]; }
 
   boost::asio::io_context& io_;
   ServerLimits limits_;
@@ -108,6 +119,8 @@ class RendezvousServer {
   std::deque<std::map<std::string, Tombstone>::iterator> tombstone_order_;  // oldest first
   std::map<MemberId, std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, std::size_t> per_peer_;
+  Counters retired_;  // the counters of jobs no longer held
+  std::map<std::string, uint64_t> rejected_;
   std::shared_ptr<bool> alive_;
 };
 

@@ -1,0 +1,61 @@
+// A Prometheus endpoint: GET /metrics on its own port, in the owner's event
+// loop, answered with the text the owner renders at that moment (Boost.Beast).
+// A scrape is bounded like any peer: requests of at most kMaxRequestBytes, a
+// deadline on every read and write, at most kMaxConnections at once; a bad
+// request gets 400 and the connection closes, nothing else is disturbed.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "muster/common/status.hpp"
+
+namespace muster::metrics {
+
+constexpr std::size_t kMaxRequestBytes = 8 * 1024;
+constexpr std::size_t kMaxConnections = 64;
+constexpr std::chrono::seconds kIoTimeout{10};
+
+// The Prometheus text exposition format (version 0.0.4), one family at a time.
+class Text {
+ public:
+  // Starts a family: its HELP and TYPE lines ("gauge" or "counter").
+  Text& family(const std::string& name, const std::string& type, const std::string& help);
+  // A sample of the current family: labels as name/value pairs.
+  Text& sample(const std::vector<std::pair<std::string, std::string>>& labels, double value);
+  Text& sample(double value) { return sample({}, value); }
+  const std::string& str() const { return out_; }
+
+ private:
+  std::string out_;
+  std::string name_;
+};
+
+class HttpServer {
+ public:
+  using Render = std::function<std::string()>;
+  // host "" listens on every interface; port 0 picks one.
+  static Result<std::unique_ptr<HttpServer>> listen(boost::asio::io_context& io, const std::string& host, int port,
+                                                    Render render);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+  int port() const { return port_; }
+  void close();
+
+ private:
+  HttpServer(boost::asio::io_context& io, Render render);
+  struct State;
+  std::shared_ptr<State> state_;
+  int port_ = 0;
+};
+
+}  // namespace muster::metrics

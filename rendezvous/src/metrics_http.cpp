@@ -1,0 +1,169 @@
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "muster/common/log.hpp"
+#include "muster/metrics/http.hpp"
+#include "muster/rendezvous/tcp_util.hpp"
+
+namespace muster::metrics {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+
+namespace {
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+Text& Text::family(const std::string& name, const std::string& type, const std::string& help) {
+  name_ = name;
+  out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  return *this;
+}
+
+Text& Text::sample(const std::vector<std::pair<std::string, std::string>>& labels, double value) {
+  out_ += name_;
+  if (!labels.empty()) {
+    out_ += "{";
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      out_ += (i ? "," : "") + labels[i].first + "=\"" + escape_label(labels[i].second) + "\"";
+    }
+    out_ += "}";
+  }
+  out_ += " " + number(value) + "\n";
+  return *this;
+}
+
+struct HttpServer::State : std::enable_shared_from_this<State> {
+  State(asio::io_context& io, Render r) : acceptor(io), retry(io), render(std::move(r)) {}
+  tcp::acceptor acceptor;
+  asio::steady_timer retry;
+  Render render;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+  std::set<std::shared_ptr<beast::tcp_stream>> open;
+
+  void serve(tcp::socket socket) {
+    if (open.size() >= kMaxConnections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);
+      return;
+    }
+    auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
+    open.insert(stream);
+    asio::co_spawn(acceptor.get_executor(), session(shared_from_this(), stream), asio::detached);
+  }
+
+  static asio::awaitable<void> session(std::shared_ptr<State> self, std::shared_ptr<beast::tcp_stream> stream) {
+    try {
+      beast::flat_buffer buffer(kMaxRequestBytes);
+      for (;;) {
+        http::request_parser<http::empty_body> parser;
+        parser.header_limit(kMaxRequestBytes);
+        parser.body_limit(0);
+        stream->expires_after(kIoTimeout);
+        boost::system::error_code ec;
+        co_await http::async_read(*stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+        if (!*self->alive) co_return;
+        http::response<http::string_body> res;
+        bool keep = false;
+        if (ec == http::error::end_of_stream || ec == asio::error::eof) break;
+        if (ec) {
+          if (ec == beast::error::timeout || ec == asio::error::operation_aborted) break;
+          res.result(http::status::bad_request);
+          res.body() = "bad request: " + ec.message() + "\n";
+        } else {
+          const auto& req = parser.get();
+          res.version(req.version());
+          keep = req.keep_alive();
+          std::string target(req.target());
+          if (req.method() != http::verb::get && req.method() != http::verb::head) {
+            res.result(http::status::method_not_allowed);
+            res.set(http::field::allow, "GET, HEAD");
+            res.body() = "only GET\n";
+          } else if (target == "/metrics" || target.rfind("/metrics?", 0) == 0) {
+            res.result(http::status::ok);
+            res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+            res.body() = self->render();
+            if (req.method() == http::verb::head) {
+              res.content_length(res.body().size());
+              res.body().clear();
+            }
+          } else {
+            res.result(http::status::not_found);
+            res.body() = "muster serves its metrics at /metrics\n";
+          }
+        }
+        res.set(http::field::server, "muster");
+        if (res.find(http::field::content_length) == res.end()) res.prepare_payload();
+        res.keep_alive(keep);
+        stream->expires_after(kIoTimeout);
+        co_await http::async_write(*stream, res, asio::redirect_error(asio::use_awaitable, ec));
+        if (ec || !keep || !*self->alive) break;
+      }
+    } catch (const std::exception& e) {
+      log::warning(std::string("metrics: a scrape failed: ") + e.what());
+    }
+    boost::system::error_code ignored;
+    stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream->close();
+    if (*self->alive) self->open.erase(stream);
+  }
+};
+
+HttpServer::HttpServer(asio::io_context& io, Render render) : state_(std::make_shared<State>(io, std::move(render))) {}
+
+HttpServer::~HttpServer() { close(); }
+
+Result<std::unique_ptr<HttpServer>> HttpServer::listen(asio::io_context& io, const std::string& host, int port,
+                                                       Render render) {
+  std::unique_ptr<HttpServer> server(new HttpServer(io, std::move(render)));
+  auto bound = net::open_listener(server->state_->acceptor, host, port, "the metrics endpoint");
+  if (!bound.ok()) return bound.status();
+  server->port_ = bound.value();
+  std::weak_ptr<State> weak = server->state_;
+  net::accept_forever(server->state_->acceptor, server->state_->retry, server->state_->alive, "metrics",
+                      [weak](tcp::socket socket) {
+                        if (auto s = weak.lock()) s->serve(std::move(socket));
+                      });
+  return server;
+}
+
+void HttpServer::close() {
+  if (!state_ || !*state_->alive) return;
+  *state_->alive = false;
+  boost::system::error_code ignored;
+  state_->acceptor.close(ignored);
+  state_->retry.cancel();
+  for (const auto& s : state_->open) s->close();
+  state_->open.clear();
+}
+
+}  // namespace muster::metrics
