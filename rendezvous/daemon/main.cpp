@@ -199,7 +199,6 @@ int main(int argc, char** argv) {
       if (!ec) feed();
     });
   };
-  if (std::getenv("NOTIFY_SOCKET") != nullptr) feed();
 
   // SIGHUP reloads the key (the same source as at start): new connections
   // need the new one, authenticated ones keep theirs.
@@ -238,6 +237,7 @@ int main(int argc, char** argv) {
     io.stop();
   });
   notify_systemd("READY=1");
+  if (std::getenv("NOTIFY_SOCKET") != nullptr) feed();
   io.run();
   return 0;
 }

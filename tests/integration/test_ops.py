@@ -1,0 +1,214 @@
+"""Operating muster: musterctl against musterd and against an agent-hosted
+rendezvous, musterd's Prometheus metrics scraped during a job, its systemd
+notifications (READY, WATCHDOG, STATUS, RELOADING, STOPPING) on a socket the
+test binds, and --version on every binary."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from muster_testing import (DATA, SLACK, RdzvConn, free_port, port_open, run_muster, start_muster, start_musterd,
+                            stop_musterd, wait_for)
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = str(DATA / "elastic_worker.py")
+FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
+MUSTERCTL = os.environ.get("MUSTERCTL_BIN") or str(Path(os.environ["MUSTERD_BIN"]).with_name("musterctl"))
+
+
+def ctl(endpoint, *args, key=None):
+    cmd = [MUSTERCTL, "--endpoint", endpoint, *(["--auth-key-file", key] if key else []), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60 * SLACK)
+
+
+def agent(endpoint, job, node, out, *worker_args, key=None, extra=()):
+    return start_muster(["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                         f"--rdzv-id={job}", f"--rdzv-conf={FAST}", f"--local-addr=127.0.0.{node}",
+                         *([f"--auth-key-file={key}"] if key else []), *extra, WORKER, str(out), *worker_args])
+
+
+def finish(procs, timeout=90):
+    out = []
+    for p in procs:
+        o, e = p.communicate(timeout=timeout * SLACK)
+        out.append((p.returncode, o, e))
+    return out
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10 * SLACK) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    key = tmp_path / "auth.key"
+    key.write_bytes(b"an-operator-test-key-0123456789\n")
+    key.chmod(0o600)
+    log = open(tmp_path / "musterd.log", "w")
+    proc, port = start_musterd("--auth-key-file", str(key), "--metrics-listen", "127.0.0.1:0", stderr=log)
+    metrics = int(proc.stdout.readline().rsplit(":", 1)[1])
+    yield f"127.0.0.1:{port}", metrics, str(key)
+    stop_musterd(proc)
+    log.close()
+
+
+def test_musterctl_and_metrics_follow_a_job_on_musterd(tmp_path, keyed):
+    endpoint, metrics, key = keyed
+    assert ctl(endpoint, "jobs", key=key).stdout.splitlines()[0].split() == \
+        ["JOB", "STATE", "NODES", "MIN", "MAX", "ROUND", "RESTARTS", "AGE"]
+    release = tmp_path / "release"
+    job = [agent(endpoint, "opsjob", n, tmp_path, "--until-file", str(release), key=key) for n in (1, 2)]
+    assert wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 2, 60 * SLACK)
+
+    listing = ctl(endpoint, "jobs", key=key)
+    assert listing.returncode == 0, listing.stderr
+    row = [line.split() for line in listing.stdout.splitlines() if line.startswith("opsjob ")]
+    assert row and row[0][:7] == ["opsjob", "running", "2", "2", "2", "0", "0/0"]
+
+    detail = ctl(endpoint, "--json", "job", "opsjob", key=key)
+    assert detail.returncode == 0, detail.stderr
+    d = json.loads(detail.stdout)
+    assert d["job"]["state"] == "running" and d["total_members"] == 2
+    assert [m["group_rank"] for m in d["members"]] == [0, 1]
+    assert sorted(m["address"] for m in d["members"]) == ["127.0.0.1", "127.0.0.2"]
+    assert all(m["local_world_size"] == 1 and m["connected"] and m["heard_ms_ago"] < 10000 * SLACK
+               for m in d["members"])
+    assert "last_failure" not in d
+    table = ctl(endpoint, "job", "opsjob", key=key).stdout
+    assert table.startswith("job 'opsjob': running, round 0, restarts 0/0, 2 node(s) joined")
+    assert "no failure reported" in table
+
+    # Without the key, musterctl is refused like any agent.
+    refused = ctl(endpoint, "jobs")
+    assert refused.returncode == 1 and "requires authentication" in refused.stderr
+    missing = ctl(endpoint, "job", "nope", key=key)
+    assert missing.returncode == 1 and "no job 'nope' here" in missing.stderr
+
+    m = scrape(metrics)
+    assert m['musterd_jobs{state="running"}'] == 1
+    assert m["musterd_nodes"] == 2
+    assert m["musterd_rounds_total"] >= 1
+    assert m['musterd_rejected_total{reason="auth"}'] >= 1
+    assert m["musterd_connections"] >= 2
+
+    release.touch()
+    for rc, _, err in finish(job):
+        assert rc == 0, err
+    assert wait_for(lambda: scrape(metrics)['musterd_jobs{state="succeeded"}'] == 1, 30 * SLACK)
+    done = ctl(endpoint, "jobs", key=key).stdout
+    assert re.search(r"^opsjob\s+succeeded\s", done, re.M), done
+
+
+def test_musterctl_shows_a_failed_job_s_root_cause(tmp_path, keyed):
+    endpoint, metrics, key = keyed
+    job = [agent(endpoint, "boom", n, tmp_path, "--fail-rank", "1", key=key) for n in (1, 2)]
+    results = finish(job)
+    assert all(rc == 1 for rc, _, _ in results), results
+    d = json.loads(ctl(endpoint, "--json", "job", "boom", key=key).stdout)
+    assert d["job"]["state"] == "failed"
+    assert d["last_failure"]["global_rank"] == 1 and d["last_failure"]["exitcode"] == 3
+    text = ctl(endpoint, "job", "boom", key=key).stdout
+    assert "last failure: rank 1 (local rank 0" in text and "exit code 3" in text
+    m = scrape(metrics)
+    assert m["musterd_failures_total"] == 1 and m['musterd_jobs{state="failed"}'] == 1
+
+
+def test_musterctl_asks_an_agent_hosted_rendezvous(tmp_path):
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    release = tmp_path / "release"
+    job = [agent(endpoint, "hosted", n, tmp_path, "--until-file", str(release)) for n in (1, 2)]
+    assert wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 2, 60 * SLACK)
+    d = json.loads(ctl(endpoint, "--json", "jobs").stdout)
+    assert [(j["id"], j["state"], j["nodes"]) for j in d["jobs"]] == [("hosted", "running", 2)]
+    release.touch()
+    for rc, _, err in finish(job):
+        assert rc == 0, err
+
+
+def test_musterctl_says_when_nothing_answers():
+    r = ctl(f"127.0.0.1:{free_port()}", "--timeout", "1", "jobs")
+    assert r.returncode == 1 and "cannot reach the rendezvous" in r.stderr
+    usage = subprocess.run([MUSTERCTL], capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 2 and "subcommand is required" in usage.stderr
+
+
+def test_a_bad_scrape_is_refused_and_the_next_one_served(keyed):
+    _, metrics, _ = keyed
+    with socket.create_connection(("127.0.0.1", metrics), timeout=10) as s:
+        s.sendall(b"GARBAGE\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 400")
+    with socket.create_connection(("127.0.0.1", metrics), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 20000 + b"\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 400")
+    assert "musterd_nodes" in scrape(metrics).keys().__repr__()
+
+
+def test_musterd_speaks_systemd_s_notify_protocol(tmp_path):
+    path = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(10 * SLACK)
+    env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="200000")
+    key = tmp_path / "k"
+    key.write_bytes(b"a-key-for-the-notify-test-000\n")
+    key.chmod(0o600)
+    proc = subprocess.Popen([os.environ["MUSTERD_BIN"], "--listen", "127.0.0.1:0", "--auth-key-file", str(key)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(proc.stdout.readline().rsplit(":", 1)[1])
+        seen = []
+
+        def until(pred):
+            deadline = time.monotonic() + 10 * SLACK
+            while time.monotonic() < deadline:
+                msg = sock.recv(4096).decode()
+                seen.append(msg)
+                if pred(msg):
+                    return msg
+            raise AssertionError(f"not seen; got {seen}")
+
+        until(lambda m: m == "READY=1")
+        first = until(lambda m: m == "WATCHDOG=1") and time.monotonic()
+        until(lambda m: m == "WATCHDOG=1")
+        until(lambda m: m == "WATCHDOG=1")
+        assert time.monotonic() - first < 2 * SLACK  # fed about every 100 ms
+        a = RdzvConn(port)  # no key: refused, and counted in no job
+        a.join("j", "n1")
+        assert a.recv()["code"] == "auth_failed"
+        assert "STATUS=0 jobs, 0 nodes, 0 connections" in seen
+        proc.send_signal(signal.SIGHUP)
+        assert until(lambda m: m.startswith("RELOADING=1")).split("\n")[1].startswith("MONOTONIC_USEC=")
+        until(lambda m: m == "READY=1")
+        proc.terminate()
+        until(lambda m: m == "STOPPING=1")
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sock.close()
+
+
+def test_every_binary_says_its_version():
+    version = re.search(r"project\(muster VERSION (\S+)", (ROOT / "CMakeLists.txt").read_text()).group(1)
+    for name, binary in (("muster", os.environ["MUSTER_BIN"]), ("musterd", os.environ["MUSTERD_BIN"]),
+                         ("musterctl", MUSTERCTL)):
+        r = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert re.fullmatch(rf"{name} {re.escape(version)} \(git [0-9a-f]+(-dirty)?\)\n", r.stdout) or \
+            re.fullmatch(rf"{name} {re.escape(version)} \(git unknown\)\n", r.stdout), r.stdout
