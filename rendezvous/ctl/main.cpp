@@ -32,8 +32,14 @@ std::string human(long long ms) {
   return buf;
 }
 
-// Left-aligned columns, as wide as their widest cell.
-void print_table(const std::vector<std::vector<std::string>>& rows) {
+// What a peer sent, safe for a terminal: control bytes escaped.
+std::string safe(const std::string& text) { return log_excerpt(text, 4096); }
+
+// Left-aligned columns, as wide as their widest cell (every cell made safe).
+void print_table(std::vector<std::vector<std::string>> rows) {
+  for (auto& r : rows) {
+    for (auto& cell : r) cell = safe(cell);
+  }
   std::vector<std::size_t> width;
   for (const auto& r : rows) {
     if (width.size() < r.size()) width.resize(r.size(), 0);
@@ -50,7 +56,7 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
 }
 
 std::string summary_line(const JobSummary& j) {
-  return "job '" + j.id + "': " + j.state + ", round " + std::to_string(j.round) + ", restarts " +
+  return "job '" + safe(j.id) + "': " + safe(j.state) + ", round " + std::to_string(j.round) + ", restarts " +
          std::to_string(j.restarts) + "/" + std::to_string(j.max_restarts) + ", " + std::to_string(j.nodes) +
          " node(s) joined (" + std::to_string(j.in_round) + " in the round) of " + std::to_string(j.min_nodes) +
          ":" + std::to_string(j.max_nodes) + ", age " + human(j.age_ms);
@@ -83,7 +89,7 @@ void print_job(const JobReply& r) {
     const auto& f = *r.last_failure;
     std::string message = f.message.substr(0, f.message.find('\n'));
     std::cout << "last failure: rank " << f.global_rank << " (local rank " << f.local_rank << ", pid " << f.pid
-              << ") on node " << r.last_failure_node << " (" << f.host << "), exit code " << f.exitcode << ", "
+              << ") on node " << safe(r.last_failure_node) << " (" << safe(f.host) << "), exit code " << f.exitcode << ", "
               << human(r.last_failure_ms_ago) << " ago" << (message.empty() ? "" : ": " + log_excerpt(message, 300))
               << "\n";
   } else {

@@ -215,10 +215,13 @@ int main(int argc, char** argv) {
         muster::log::error(rdzv.requires_auth() ? "musterd: reload: no key is configured any more; keeping the "
                                                   "key in use (restart musterd to run without one)"
                                                 : "musterd: reload: no key configured; nothing to reload");
+      } else if (!rdzv.requires_auth()) {
+        muster::log::error("musterd: reload: a key is configured now, but musterd started without one; restart "
+                           "musterd to require it (its running jobs' agents have no key)");
       } else {
-        rdzv.require_auth(fresh.value()->key);
+        rdzv.rotate_key(fresh.value()->key);
         muster::log::info("musterd: reloaded the auth key from " + fresh.value()->source +
-                          "; connections authenticated before keep theirs");
+                          "; new connections may prove it or the key it replaces, until the next reload");
       }
       notify_systemd("READY=1");
       on_hangup();

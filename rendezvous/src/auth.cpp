@@ -42,7 +42,8 @@ Result<Key> load_key_file(const std::string& path) {
   auto fail = [&](const std::string& why) {
     return Status(Code::invalid_argument, "the auth key file " + path + " " + why);
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  // O_NONBLOCK: a FIFO at the path must not hang the caller before the check below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     return fail(std::string("cannot be read: ") + std::strerror(errno) +
                 "; create it with: head -c 32 /dev/urandom | base64 > FILE && chmod 600 FILE");

@@ -24,6 +24,7 @@ struct RendezvousClient::Connection {
   std::string nonce;
   std::vector<std::string> held;
   std::optional<auth::Channel> channel;
+  bool heard_tagged = false;  // a frame with a good tag has arrived
   bool open = false;  // connected (and authenticated) and not yet broken
   bool done = false;  // broken or dropped: its handlers do nothing more
 };
@@ -167,11 +168,15 @@ bool RendezvousClient::on_handshake(const std::shared_ptr<Connection>& c, const 
   if (type == "error") {
     // The server refused (it has no key, say): the owner reports its words.
     c->done = true;
+    boost::system::error_code ignored;
+    c->socket.close(ignored);
     on_message_(msg);
     return false;
   }
   auto fail = [&](const std::string& why) {
     c->done = true;
+    boost::system::error_code ignored;
+    c->socket.close(ignored);
     on_error_(Status(Code::auth_failed, "the rendezvous at " + address() + " " + why));
     return false;
   };
@@ -179,7 +184,10 @@ bool RendezvousClient::on_handshake(const std::shared_ptr<Connection>& c, const 
   auto challenge = challenge_from_json(msg);
   if (!challenge.ok()) return fail("sent a bad challenge: " + challenge.status().message());
   auto derived = auth::derive(*key_, c->nonce, challenge->nonce);
-  if (!auth::same(challenge->proof, derived.server_proof)) {
+  // During a key rotation the server proves both keys; either may be this node's.
+  bool matches = auth::same(challenge->proof, derived.server_proof);
+  bool matches_previous = challenge->previous_proof && auth::same(*challenge->previous_proof, derived.server_proof);
+  if (!matches && !matches_previous) {
     return fail("does not hold this node's auth key (its proof does not match): give the rendezvous and every "
                 "agent the same --auth-key-file");
   }
@@ -237,12 +245,25 @@ void RendezvousClient::read_more(std::shared_ptr<Connection> c) {
         if (c->channel) {
           auto m = c->channel->open(*frame.value());
           if (!m.ok()) {
-            c->done = true;
-            self->on_error_(Status(Code::auth_failed, "the rendezvous at " + self->address() + " sent a frame that " +
-                                                          m.status().message() +
-                                                          "; something between this node and it alters the traffic"));
-            return;
+            // The server refuses the agent's proof before the channel is up
+            // on its side: that one error comes untagged, in place of the
+            // first tagged frame.
+            if (!c->heard_tagged) {
+              auto plain = parse_message(*frame.value());
+              if (plain.ok() && plain.value()["type"] == "error") {
+                c->done = true;
+                boost::system::error_code ignored;
+                c->socket.close(ignored);
+                self->on_message_(plain.value());
+                return;
+              }
+            }
+            // Something altered the traffic: as with a reset, the
+            // connection is lost and the owner may reconnect.
+            return self->lost(c, Status(Code::auth_failed, "the rendezvous at " + self->address() +
+                                                               " sent a frame that " + m.status().message()));
           }
+          c->heard_tagged = true;
           opened = std::move(m.value());
         }
         auto msg = parse_message(c->channel ? opened : *frame.value());

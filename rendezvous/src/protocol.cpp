@@ -395,10 +395,12 @@ json to_json(const HelloMessage& m) {
   return {{"type", "hello"}, {"v", kProtocolVersion}, {"nonce", auth::to_hex(m.nonce)}};
 }
 json to_json(const ChallengeMessage& m) {
-  return {{"type", "challenge"},
-          {"v", kProtocolVersion},
-          {"nonce", auth::to_hex(m.nonce)},
-          {"proof", auth::to_hex(m.proof)}};
+  json r = {{"type", "challenge"},
+            {"v", kProtocolVersion},
+            {"nonce", auth::to_hex(m.nonce)},
+            {"proof", auth::to_hex(m.proof)}};
+  if (m.previous_proof) r["previous_proof"] = auth::to_hex(*m.previous_proof);
+  return r;
 }
 json to_json(const AuthMessage& m) {
   return {{"type", "auth"}, {"v", kProtocolVersion}, {"proof", auth::to_hex(m.proof)}};
@@ -421,6 +423,13 @@ Result<ChallengeMessage> challenge_from_json(const json& j) {
   }
   if (!hex_field(f, "proof", auth::kTagBytes, m.proof)) {
     return f.ok() ? hex_error("challenge", "proof", auth::kTagBytes) : f.status();
+  }
+  if (f.has("previous_proof")) {
+    std::string previous;
+    if (!hex_field(f, "previous_proof", auth::kTagBytes, previous)) {
+      return f.ok() ? hex_error("challenge", "previous_proof", auth::kTagBytes) : f.status();
+    }
+    m.previous_proof = std::move(previous);
   }
   return m;
 }

@@ -142,9 +142,15 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   // Authentication, when the server has a key: the agent's expected proof
   // and the session key once the challenge is sent; the channel once the
   // agent has proved itself.
+  // The keys this connection may prove, fixed when it was accepted (a key
+  // set later does not apply to it); none: the server had no key then.
+  std::shared_ptr<const auth::Key> key_;
+  std::shared_ptr<const auth::Key> previous_key_;
   bool challenged_ = false;
   std::string client_proof_;
   std::string session_key_;
+  std::string previous_client_proof_;
+  std::string previous_session_key_;
   std::optional<auth::Channel> channel_;
   bool closed_ = false;
   bool close_after_write_ = false;
@@ -197,6 +203,8 @@ void RendezvousServer::add_session(tcp::socket socket, std::string already_read)
     return;
   }
   ++count;
+  session->key_ = key_;
+  session->previous_key_ = previous_key_;
   sessions_[id] = session;
   session->start(std::move(already_read));
 }
@@ -204,20 +212,21 @@ void RendezvousServer::add_session(tcp::socket socket, std::string already_read)
 void RendezvousServer::handle(Session& s, const std::string& payload) {
   try {
     std::string opened;
-    if (key_) {
+    const bool keyed = s.key_ != nullptr;
+    if (keyed) {
       if (!s.channel_) return handshake(s, payload);
       auto m = s.channel_->open(payload);
       if (!m.ok()) return s.fail(Code::auth_failed, m.status().message());
       opened = std::move(m.value());
     }
-    auto parsed = parse_message(key_ ? opened : payload);
+    auto parsed = parse_message(keyed ? opened : payload);
     if (!parsed.ok()) return s.fail(Code::invalid_argument, parsed.status().message());
     const json& msg = parsed.value();
     const std::string& type = msg["type"].get_ref<const std::string&>();
     if (type == "join") return handle_join(s, msg);
     if (type == "hello" || type == "auth") {
       return s.fail(Code::auth_failed,
-                    key_ ? "'" + type + "' on a connection that has already authenticated"
+                    keyed ? "'" + type + "' on a connection that has already authenticated"
                          : "this rendezvous has no auth key, and the agent has one: give the rendezvous and every "
                            "agent the same --auth-key-file, or none of them");
     }
@@ -272,9 +281,9 @@ long long ms_between(TimePoint from, TimePoint to) {
   return to > from ? std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count() : 0;
 }
 
-// What a listing costs in bytes, roughly (the fields' names and numbers).
-constexpr std::size_t kSummaryOverhead = 200;
-constexpr std::size_t kMemberOverhead = 200;
+// A job's failure message in a query reply is cut to this (the page
+// budget leaves room for it, escaped six times over, and the summary).
+constexpr std::size_t kQueryFailureMessage = 4096;
 
 }  // namespace
 
@@ -314,7 +323,7 @@ void RendezvousServer::answer_jobs(Session& s, const json& msg) {
       js.max_restarts = t.max_restarts;
       js.age_ms = ms_between(t.created, now);
     }
-    bytes += js.id.size() + kSummaryOverhead;
+    bytes += dump_message(to_json(js)).size() + 1;
     if (bytes > kQueryReplyBytes && !reply.jobs.empty()) {
       reply.next_after = reply.jobs.back().id;
       break;
@@ -372,11 +381,6 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
   std::size_t bytes = 0;
   for (std::size_t i = static_cast<std::size_t>(q->from); i < view.members.size(); ++i) {
     const MemberView& m = view.members[i];
-    bytes += m.node_name.size() + m.address.size() + m.role.size() + kMemberOverhead;
-    if (bytes > kQueryReplyBytes && !reply.members.empty()) {
-      reply.next_from = static_cast<int>(i);
-      break;
-    }
     MemberSummary ms;
     ms.node = m.node_name;
     ms.address = m.address;
@@ -387,10 +391,19 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
     ms.waiting = m.waiting;
     ms.connected = m.connected;
     ms.heard_ms_ago = std::max<long long>(0, m.since_heard.count());
+    // Measured as sent (escapes included), so a page stays far below kMaxFrame.
+    bytes += dump_message(to_json(ms)).size() + 1;
+    if (bytes > kQueryReplyBytes && !reply.members.empty()) {
+      reply.next_from = static_cast<int>(i);
+      break;
+    }
     reply.members.push_back(std::move(ms));
   }
   if (view.last_failure) {
     reply.last_failure = view.last_failure;
+    if (reply.last_failure->message.size() > kQueryFailureMessage) {
+      reply.last_failure->message.resize(kQueryFailureMessage);
+    }
     reply.last_failure_node = view.last_failure_node;
     reply.last_failure_ms_ago = view.since_last_failure ? view.since_last_failure->count() : 0;
   }
@@ -415,24 +428,38 @@ void RendezvousServer::handshake(Session& s, const std::string& payload) {
     if (!hello.ok()) return s.fail(Code::invalid_argument, hello.status().message());
     auto nonce = auth::random_bytes(auth::kNonceBytes);
     if (!nonce.ok()) return s.fail(Code::internal, nonce.status().message());
-    auto derived = auth::derive(*key_, hello->nonce, nonce.value());
+    auto derived = auth::derive(*s.key_, hello->nonce, nonce.value());
     s.client_proof_ = std::move(derived.client_proof);
     s.session_key_ = std::move(derived.session_key);
+    ChallengeMessage challenge{nonce.value(), derived.server_proof, std::nullopt};
+    if (s.previous_key_) {
+      auto old = auth::derive(*s.previous_key_, hello->nonce, nonce.value());
+      s.previous_client_proof_ = std::move(old.client_proof);
+      s.previous_session_key_ = std::move(old.session_key);
+      challenge.previous_proof = std::move(old.server_proof);
+    }
     s.challenged_ = true;
-    return s.send(to_json(ChallengeMessage{nonce.value(), derived.server_proof}));
+    return s.send(to_json(challenge));
   }
   if (type != "auth") {
     return s.fail(Code::auth_failed, "'" + log_excerpt(type, 64) + "' before the connection authenticated");
   }
   auto proof = auth_from_json(msg);
   if (!proof.ok()) return s.fail(Code::invalid_argument, proof.status().message());
-  if (!auth::same(proof->proof, s.client_proof_)) {
+  // Both comparisons are made, so the time taken does not say which key matched.
+  bool current = auth::same(proof->proof, s.client_proof_);
+  bool previous = !s.previous_client_proof_.empty() && auth::same(proof->proof, s.previous_client_proof_);
+  if (!current && !previous) {
     return s.fail(Code::auth_failed,
                   "authentication failed: the agent's proof does not match this rendezvous's key; give the "
                   "rendezvous and every agent the same --auth-key-file");
   }
-  s.channel_.emplace(std::move(s.session_key_), auth::Channel::Side::server);
+  s.channel_.emplace(current ? std::move(s.session_key_) : std::move(s.previous_session_key_),
+                     auth::Channel::Side::server);
   s.client_proof_.clear();
+  s.previous_client_proof_.clear();
+  s.session_key_.clear();
+  s.previous_session_key_.clear();
 }
 
 void RendezvousServer::handle_join(Session& s, const json& msg) {
@@ -625,7 +652,7 @@ void RendezvousServer::arm(Job& job, TimePoint at) {
 
 void RendezvousServer::gone(Session& s) {
   MemberId id = s.id();
-  if (key_ && s.challenged_ && !s.channel_ && !s.close_after_write_) {
+  if (s.key_ && s.challenged_ && !s.channel_ && !s.close_after_write_) {
     // An agent whose key differs sees that from the challenge and goes.
     log::warning("rendezvous: the connection from " + s.peer_ +
                  " closed before it authenticated; an agent with a different auth key does that");

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, DEBIAN_PYTHON, MUSTER, base_env, debian_torch_available, free_port, port_open,
-                            run_muster, torchrun_path, wait_all, wait_for)
+from muster_testing import (DATA, DEBIAN_PYTHON, MUSTER, base_env, debian_torch_available, free_port,
+                            once_more_on_gloo_abort, port_open, run_muster, torchrun_path, wait_all, wait_for)
 
 SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "pytorch" / "ddp_train.py")
 
@@ -19,18 +19,6 @@ pytest.importorskip("torch", reason="the compatibility tests need PyTorch: scrip
 def weights(out_dir):
     data = json.loads((Path(out_dir) / "weights.json").read_text())
     return data["world_size"], data["weights"]
-
-
-GLOO_ABORT = "terminate called without an active exception"
-
-
-def once_more_on_gloo_abort(run):
-    """Runs run(attempt); a second attempt only when a worker died of the gloo
-    abort seen now and then under load with torchrun and muster alike."""
-    r = run(0)
-    if r.returncode != 0 and GLOO_ABORT in r.stderr:
-        r = run(1)
-    return r
 
 
 @pytest.mark.parametrize("nproc", [2, 3])

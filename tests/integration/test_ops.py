@@ -212,3 +212,59 @@ def test_every_binary_says_its_version():
         assert r.returncode == 0, r.stderr
         assert re.fullmatch(rf"{name} {re.escape(version)} \(git [0-9a-f]+(-dirty)?\)\n", r.stdout) or \
             re.fullmatch(rf"{name} {re.escape(version)} \(git unknown\)\n", r.stdout), r.stdout
+
+
+def test_a_reload_rotates_the_key_and_the_running_job_goes_on(tmp_path):
+    key = tmp_path / "auth.key"
+    old, new = b"the-key-before-rotation-000000", b"the-key-after-rotation-1111111"
+    key.write_bytes(old + b"\n")
+    key.chmod(0o600)
+    old_copy = tmp_path / "old.key"
+    old_copy.write_bytes(old)
+    old_copy.chmod(0o600)
+    log = tmp_path / "musterd.log"
+    with open(log, "w") as err:
+        proc, port = start_musterd("--auth-key-file", str(key), stderr=err)
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        release = tmp_path / "release"
+        job = [agent(endpoint, "rot", n, tmp_path, "--until-file", str(release), key=str(old_copy)) for n in (1, 2)]
+        assert wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 2, 60 * SLACK)
+        key.write_bytes(new + b"\n")
+        proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: "reloaded the auth key" in log.read_text(), 10 * SLACK)
+        # Both keys are accepted until the next reload.
+        assert ctl(endpoint, "jobs", key=str(key)).returncode == 0
+        assert ctl(endpoint, "jobs", key=str(old_copy)).returncode == 0
+        proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: log.read_text().count("reloaded the auth key") == 2, 10 * SLACK)
+        stale = ctl(endpoint, "jobs", key=str(old_copy))
+        assert stale.returncode == 1 and "does not hold this node's auth key" in stale.stderr
+        release.touch()
+        for rc, _, err in finish(job):
+            assert rc == 0, err
+        assert sorted(p.name for p in tmp_path.glob("*.json")) == ["n2_a0_r0.json", "n2_a0_r1.json"]
+    finally:
+        stop_musterd(proc)
+
+
+def test_musterctl_pages_through_long_hostile_ids(tmp_path):
+    proc, port = start_musterd()
+    try:
+        conns = []
+        ids = [f"{i:04d}" + "\x01" * 1000 for i in range(400)]  # each id is 6 KB once escaped in JSON
+        for job_id in ids:
+            c = RdzvConn(port)
+            c.join(job_id, "n1", min_nodes=2, max_nodes=2, join_timeout_ms=120000, keep_alive_interval_ms=60000)
+            conns.append(c)
+        conns[-1].send({"type": "heartbeat", "v": 1, "seq": 1})
+        assert conns[-1].recv()["type"] == "heartbeat_ack"  # every join has been handled
+        r = ctl(f"127.0.0.1:{port}", "--json", "jobs")
+        assert r.returncode == 0, r.stderr
+        assert [j["id"] for j in json.loads(r.stdout)["jobs"]] == sorted(ids)
+        table = ctl(f"127.0.0.1:{port}", "jobs").stdout
+        assert "\x01" not in table and "\\x01" in table  # escaped for the terminal
+        for c in conns:
+            c.close()
+    finally:
+        stop_musterd(proc)

@@ -106,6 +106,8 @@ struct HelloMessage {
 struct ChallengeMessage {
   std::string nonce;
   std::string proof;
+  // While a key is being rotated: the proof under the key it replaces.
+  std::optional<std::string> previous_proof;
 };
 // Agent -> server: its proof of the key; every frame after it is tagged.
 struct AuthMessage {

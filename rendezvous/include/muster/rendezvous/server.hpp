@@ -61,8 +61,16 @@ class RendezvousServer {
 
   // From now on every connection must prove it holds `key` (auth.hpp)
   // before anything it sends is acted on; set before the first connection.
-  void require_auth(auth::Key key) { key_.emplace(std::move(key)); }
-  bool requires_auth() const { return key_.has_value(); }
+  void require_auth(auth::Key key) { key_ = std::make_shared<const auth::Key>(std::move(key)); }
+  // A new key for connections from now on (musterd's reload). Connections
+  // made before keep what they were accepted with; the key it replaces is
+  // still accepted from new connections until the next rotation, so agents
+  // can move to the new key one by one (docs/operations.md).
+  void rotate_key(auth::Key key) {
+    previous_key_ = key_;
+    key_ = std::make_shared<const auth::Key>(std::move(key));
+  }
+  bool requires_auth() const { return key_ != nullptr; }
 
   int port() const { return port_; }
   std::size_t jobs() const { return jobs_.size(); }
@@ -108,7 +116,8 @@ class RendezvousServer {
 
   boost::asio::io_context& io_;
   ServerLimits limits_;
-  std::optional<auth::Key> key_;
+  std::shared_ptr<const auth::Key> key_;
+  std::shared_ptr<const auth::Key> previous_key_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer retry_timer_;
   int port_ = 0;
