@@ -77,8 +77,10 @@ def test_installed_package_builds_the_example(tmp_path):
     include = [w[2:] for w in pc.stdout.split() if w.startswith("-I")]
     assert [Path(i).resolve() for i in include] == [(prefix / "include").resolve()], pc.stdout
     assert "-lmuster" in pc.stdout.split()
+    # The standard is the consumer's choice (C++20 or later), never forced by the package.
+    assert not [w for w in pc.stdout.split() if w.startswith("-std")], pc.stdout
     exe = tmp_path / "ddp_linear_pc"
-    r = subprocess.run(["g++", *flags.split(), str(example / "main.cpp"), "-o", str(exe), *pc.stdout.split()],
+    r = subprocess.run(["g++", "-std=c++20", *flags.split(), str(example / "main.cpp"), "-o", str(exe), *pc.stdout.split()],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     # One rank without a launcher: it hosts the store itself.
