@@ -268,3 +268,27 @@ def test_musterctl_pages_through_long_hostile_ids(tmp_path):
             c.close()
     finally:
         stop_musterd(proc)
+
+
+def complete(command_line, function):
+    """What bash completion offers for the last word of command_line."""
+    words = command_line.split(" ")
+    script = (f"source {ROOT / 'packaging/completion/muster.bash'}\n"
+              f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
+              f"{function}; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return [w for w in r.stdout.splitlines() if w]
+
+
+def test_bash_completion_offers_each_binary_s_own_options(tmp_path):
+    muster, musterd = os.environ["MUSTER_BIN"], os.environ["MUSTERD_BIN"]
+    assert complete(f"{muster} --nproc", "_muster") == ["--nproc-per-node", "--nproc_per_node"]
+    assert "--auth-key-file" in complete(f"{muster} --a", "_muster")
+    assert complete(f"{muster} --nproc-per-node ", "_muster") == ["auto", "cpu", "gpu"]
+    assert complete(f"{muster} --rdzv-backend ", "_muster") == ["static", "c10d"]
+    # After the script, its own arguments: files, not muster's options.
+    assert complete(f"{muster} --nnodes 2 train.py --n", "_muster") == []
+    assert complete(f"{musterd} --metrics", "_musterd") == ["--metrics-listen"]
+    assert complete(f"{MUSTERCTL} j", "_musterctl") == ["jobs", "job"]
+    assert "--json" in complete(f"{MUSTERCTL} jobs --", "_musterctl")
