@@ -657,6 +657,22 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
   return cfg;
 }
 
+std::vector<OptionDoc> option_docs() {
+  std::vector<OptionDoc> out;
+  for (const auto& spec : option_table()) {
+    OptionDoc d;
+    d.names = spec.names;
+    if (spec.kind == Kind::value) d.metavar = spec.metavar();
+    d.choices = spec.choices;
+    d.default_value = spec.default_value;
+    d.pet = spec.pet;
+    d.dest = spec.dest();
+    d.help = spec.help;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 std::string usage_text(const std::string& prog) {
   std::string head = "usage: " + prog + " ";
   std::string indent(head.size(), ' ');

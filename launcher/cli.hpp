@@ -43,6 +43,19 @@ struct HostFacts {
 Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& env,
                                     const HostFacts& host);
 
+// The option table as documentation (for the man page): the same source as
+// parse_args and help_text.
+struct OptionDoc {
+  std::vector<std::string> names;
+  std::string metavar;  // empty for a flag
+  std::vector<std::string> choices;
+  std::optional<std::string> default_value;
+  bool pet = false;  // reads PET_<DEST>
+  std::string dest;
+  std::string help;
+};
+std::vector<OptionDoc> option_docs();
+
 std::string usage_text(const std::string& prog);
 std::string help_text(const std::string& prog);
 

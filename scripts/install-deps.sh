@@ -11,7 +11,7 @@ DEBIAN_PACKAGES=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libboost1.81-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev
   python3 python3-venv python3-pip python3-torch python3-numpy
-  util-linux procps iproute2
+  util-linux procps iproute2 man-db groff-base
 )
 
 as_root() {

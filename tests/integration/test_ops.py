@@ -292,3 +292,19 @@ def test_bash_completion_offers_each_binary_s_own_options(tmp_path):
     assert complete(f"{musterd} --metrics", "_musterd") == ["--metrics-listen"]
     assert complete(f"{MUSTERCTL} j", "_musterctl") == ["jobs", "job"]
     assert "--json" in complete(f"{MUSTERCTL} jobs --", "_musterctl")
+
+
+def test_man_pages_document_every_option_and_render_cleanly():
+    man_dir = Path(os.environ["MUSTER_BUILD_DIR"]) / "man"
+    for binary, page in ((os.environ["MUSTER_BIN"], "muster.1"), (os.environ["MUSTERD_BIN"], "musterd.8"),
+                         (MUSTERCTL, "musterctl.1")):
+        text = (man_dir / page).read_text()
+        help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
+        options = set(re.findall(r"--[a-z][a-z0-9_-]*", help_text))
+        assert options, help_text
+        for option in options:
+            assert option.replace("-", "\\-") in text, f"{page} does not document {option}"
+        r = subprocess.run(["man", "--warnings", "-E", "UTF-8", "-l", str(man_dir / page)], capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8"))
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert "NAME" in r.stdout and "OPTIONS" in r.stdout
