@@ -193,7 +193,7 @@ TEST_CASE("auth: handshake messages are decoded strictly") {
   CHECK_FALSE(hello_from_json(short_nonce).ok());
   json no_nonce = {{"type", "hello"}, {"v", kProtocolVersion}};
   CHECK_THAT(hello_from_json(no_nonce).status().message(), Catch::Contains("\"nonce\" is missing"));
-  auto challenge = challenge_from_json(to_json(ChallengeMessage{nonce, std::string(auth::kTagBytes, 'p')}));
+  auto challenge = challenge_from_json(to_json(ChallengeMessage{nonce, std::string(auth::kTagBytes, 'p'), std::nullopt}));
   REQUIRE(challenge.ok());
   CHECK(challenge->proof == std::string(auth::kTagBytes, 'p'));
   json bad_proof = to_json(AuthMessage{std::string(auth::kTagBytes, 'p')});
