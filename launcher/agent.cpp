@@ -59,6 +59,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
   log::set_writer([this](std::string_view line) {
     if (writer_.full(STDERR_FILENO)) {
       ++dropped_log_lines_;
+      ++dropped_log_lines_total_;
       return;
     }
     if (dropped_log_lines_ > 0) {
@@ -156,6 +157,33 @@ int Agent::run() {
   apply(core_.start());
   if (!finished_) io_.run();
   return exit_code_;
+}
+
+AgentMetrics Agent::metrics() const {
+  AgentMetrics m;
+  switch (core_.phase()) {
+    case Phase::idle: m.phase = "idle"; break;
+    case Phase::running: m.phase = "running"; break;
+    case Phase::stopping: m.phase = "stopping"; break;
+    case Phase::waiting: m.phase = "waiting"; break;
+    case Phase::finished: m.phase = "finished"; break;
+  }
+  m.local_world_size = cfg_.nproc_per_node;
+  m.workers_running = static_cast<int>(supervisor_.running().size());
+  m.restarts = group_.restart_count;
+  m.max_restarts = cfg_.max_restarts;
+  m.worker_group_starts = worker_group_starts_;
+  m.worker_failures = worker_failures_;
+  m.log_lines_dropped = dropped_log_lines_total_;
+  for (const auto& [lr, e] : last_exits_) m.last_exits.push_back(e);
+  m.coordinated = coordinated_;
+  m.rendezvous_connected = rdzv_ && rdzv_->connected();
+  m.assigned = round_ >= 0;
+  m.round = round_;
+  m.group_rank = group_.group_rank;
+  m.group_world_size = group_.group_world_size;
+  m.world_size = group_.global_world_size;
+  return m;
 }
 
 void Agent::wait_for_signal() {
@@ -318,7 +346,9 @@ void Agent::start_workers(int restart_count) {
   if (auto st = supervisor_.start(launches); !st.ok()) {
     log::error(st.message());
     finish(1);
+    return;
   }
+  ++worker_group_starts_;
 }
 
 void Agent::close_filtered_logs() {
@@ -349,7 +379,9 @@ void Agent::on_worker_exit(const WorkerExit& e) {
   if (auto signo = signals_.take_pending()) on_signal(*signo);
   if (finished_) return;
   exits_[e.local_rank] = e;
+  last_exits_[e.local_rank] = {e.local_rank, group_.base_global_rank + e.local_rank, e.status.torch_exitcode()};
   if (!e.status.success() && core_.phase() == Phase::running) {
+    ++worker_failures_;
     log::error("failed (exitcode: " + std::to_string(e.status.torch_exitcode()) +
                ") local_rank: " + std::to_string(e.local_rank) + " (pid: " + std::to_string(e.pid) +
                ") of binary: " + cfg_.executable);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent_core.hpp"
+#include "agent_metrics.hpp"
 #include "async_writer.hpp"
 #include "failure_report.hpp"
 #include "launch_config.hpp"
@@ -36,6 +37,8 @@ class Agent {
 
   // Runs the job to its end; returns the agent's exit code.
   int run();
+  // The agent's state for --metrics-listen, as of now.
+  AgentMetrics metrics() const;
 
  private:
   Status form_group();
@@ -92,6 +95,11 @@ class Agent {
   int filtered_stderr_fd_ = -1;
   int last_stop_signal_ = 0;
   std::size_t dropped_log_lines_ = 0;
+  // For metrics().
+  uint64_t dropped_log_lines_total_ = 0;
+  uint64_t worker_group_starts_ = 0;
+  uint64_t worker_failures_ = 0;
+  std::map<int, AgentMetrics::Exit> last_exits_;
   int exit_code_ = 1;
   bool finished_ = false;
 

@@ -120,6 +120,9 @@ const std::vector<OptionSpec>& option_table() {
       {{"--auth-key-file", "--auth_key_file"}, Kind::value, Type::str, false, std::nullopt, {},
        "A file holding the rendezvous's shared secret (default: $MUSTER_AUTH_KEY_FILE, then systemd's "
        "credential muster-auth-key); every agent of the job and its rendezvous need the same one."},
+      {{"--metrics-listen", "--metrics_listen"}, Kind::value, Type::str, false, std::nullopt, {},
+       "ADDR[:PORT] to serve the agent's Prometheus metrics on (GET /metrics; port 9401 by default; "
+       "default: $MUSTER_METRICS_LISTEN, else none)."},
   };
   return table;
 }
@@ -632,6 +635,12 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
   if (has(args, "auth_key_file")) {
     cfg.auth_key_file = get(args, "auth_key_file");
     if (cfg.auth_key_file.empty()) return invalid_argument("--auth-key-file needs a path");
+  }
+  if (has(args, "metrics_listen")) {
+    cfg.metrics_listen = get(args, "metrics_listen");
+    if (cfg.metrics_listen.empty()) return invalid_argument("--metrics-listen needs ADDR[:PORT]");
+  } else if (auto m = env_get(env, "MUSTER_METRICS_LISTEN"); m && !m->empty()) {
+    cfg.metrics_listen = *m;
   }
 
   // The worker command.

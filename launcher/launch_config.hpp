@@ -42,6 +42,8 @@ struct LaunchConfig {
   bool virtual_local_rank = false;
   // muster's own: the rendezvous's shared secret ("": from the environment).
   std::string auth_key_file;
+  // muster's own: where to serve the agent's metrics ("": nowhere).
+  std::string metrics_listen;
 
   // The worker program: executable (PATH lookup when it has no '/') and its
   // arguments, before $local_rank substitution.

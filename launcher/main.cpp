@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "agent.hpp"
+#include "agent_metrics.hpp"
 #include "cli.hpp"
+#include "muster/metrics/http.hpp"
 #include "muster/common/version.hpp"
 #include "muster/common/log.hpp"
 
@@ -22,6 +24,9 @@ extern char** environ;
 namespace {
 
 using muster::launcher::Environment;
+
+// --metrics-listen without a port (musterd's default is 9400).
+constexpr int kAgentMetricsPort = 9401;
 
 // Workers inherit 0-2; make sure they name something.
 void ensure_standard_fds() {
@@ -168,6 +173,19 @@ int main(int argc, char** argv) {
   }
   sigprocmask(SIG_UNBLOCK, &unhandled, nullptr);
 
+  std::string metrics_listen = cfg->metrics_listen;
   muster::launcher::Agent agent(io, *signals.value(), std::move(cfg.value()), std::move(env));
+  std::unique_ptr<muster::metrics::HttpServer> metrics;
+  if (!metrics_listen.empty()) {
+    auto m = muster::metrics::HttpServer::listen_at(io, "--metrics-listen", metrics_listen, kAgentMetricsPort, [&agent] {
+      return muster::launcher::render_agent_metrics(agent.metrics(), muster::version_number(), muster::git_revision());
+    });
+    if (!m.ok()) {
+      std::fprintf(stderr, "muster: error: %s\n", m.status().message().c_str());
+      return m.status().code() == muster::Code::invalid_argument ? 2 : 1;
+    }
+    metrics = std::move(m.value());
+    muster::log::info("metrics on http://" + metrics->endpoint() + "/metrics");
+  }
   return agent.run();
 }

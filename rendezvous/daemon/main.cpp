@@ -162,20 +162,14 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<muster::metrics::HttpServer> metrics;
   if (!opt.metrics_listen.empty()) {
-    auto mep = muster::parse_endpoint(opt.metrics_listen, 9400);
-    if (!mep.ok()) {
-      std::cerr << "musterd: error: --metrics-listen: " << mep.status().message() << "\n";
-      return 2;
-    }
-    std::string mhost = mep->host == "localhost" ? "127.0.0.1" : mep->host;
-    if (mhost.size() > 2 && mhost.front() == '[') mhost = mhost.substr(1, mhost.size() - 2);
-    auto m = muster::metrics::HttpServer::listen(io, mhost, mep->port, [&rdzv] { return render_metrics(rdzv.stats()); });
+    auto m = muster::metrics::HttpServer::listen_at(io, "--metrics-listen", opt.metrics_listen, 9400,
+                                                    [&rdzv] { return render_metrics(rdzv.stats()); });
     if (!m.ok()) {
-      std::cerr << "musterd: error: --metrics-listen: " << m.status().message() << "\n";
-      return 1;
+      std::cerr << "musterd: error: " << m.status().message() << "\n";
+      return m.status().code() == muster::Code::invalid_argument ? 2 : 1;
     }
     metrics = std::move(m.value());
-    std::cout << "musterd metrics on " << mep->host << ":" << metrics->port() << std::endl;
+    std::cout << "musterd metrics on " << metrics->endpoint() << std::endl;
   }
 
   // systemd: the watchdog is fed from this loop (a wedged loop stops feeding

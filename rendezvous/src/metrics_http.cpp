@@ -6,8 +6,10 @@
 #include <boost/beast/http.hpp>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
+#include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
 #include "muster/metrics/http.hpp"
 #include "muster/rendezvous/tcp_util.hpp"
@@ -69,19 +71,43 @@ struct HttpServer::State : std::enable_shared_from_this<State> {
   Render render;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   std::set<std::shared_ptr<beast::tcp_stream>> open;
+  std::map<asio::ip::address, std::size_t> per_peer;
+  std::string rendered;
+  std::chrono::steady_clock::time_point rendered_at{};
+  bool have_render = false;
+
+  const std::string& text() {
+    auto now = std::chrono::steady_clock::now();
+    if (!have_render || now - rendered_at >= kRenderReuse) {
+      rendered = render();
+      rendered_at = now;
+      have_render = true;
+    }
+    return rendered;
+  }
 
   void serve(tcp::socket socket) {
-    if (open.size() >= kMaxConnections) {
+    boost::system::error_code ec;
+    auto peer = socket.remote_endpoint(ec);
+    if (ec || open.size() >= kMaxConnections || per_peer[peer.address()] >= kMaxConnectionsPerPeer) {
+      if (!ec && per_peer[peer.address()] == 0) per_peer.erase(peer.address());
       boost::system::error_code ignored;
       socket.close(ignored);
       return;
     }
+    ++per_peer[peer.address()];
     auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
     open.insert(stream);
-    asio::co_spawn(acceptor.get_executor(), session(shared_from_this(), stream), asio::detached);
+    asio::co_spawn(acceptor.get_executor(), session(shared_from_this(), stream, peer.address()), asio::detached);
   }
 
-  static asio::awaitable<void> session(std::shared_ptr<State> self, std::shared_ptr<beast::tcp_stream> stream) {
+  void forget(const std::shared_ptr<beast::tcp_stream>& stream, const asio::ip::address& peer) {
+    open.erase(stream);
+    if (auto it = per_peer.find(peer); it != per_peer.end() && --it->second == 0) per_peer.erase(it);
+  }
+
+  static asio::awaitable<void> session(std::shared_ptr<State> self, std::shared_ptr<beast::tcp_stream> stream,
+                                       asio::ip::address peer) {
     try {
       beast::flat_buffer buffer(kMaxRequestBytes);
       for (;;) {
@@ -111,7 +137,7 @@ struct HttpServer::State : std::enable_shared_from_this<State> {
           } else if (target == "/metrics" || target.rfind("/metrics?", 0) == 0) {
             res.result(http::status::ok);
             res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-            res.body() = self->render();
+            res.body() = self->text();
             if (req.method() == http::verb::head) {
               res.content_length(res.body().size());
               res.body().clear();
@@ -134,7 +160,7 @@ struct HttpServer::State : std::enable_shared_from_this<State> {
     boost::system::error_code ignored;
     stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream->close();
-    if (*self->alive) self->open.erase(stream);
+    if (*self->alive) self->forget(stream, peer);
   }
 };
 
@@ -148,12 +174,29 @@ Result<std::unique_ptr<HttpServer>> HttpServer::listen(asio::io_context& io, con
   auto bound = net::open_listener(server->state_->acceptor, host, port, "the metrics endpoint");
   if (!bound.ok()) return bound.status();
   server->port_ = bound.value();
+  server->host_ = host;
   std::weak_ptr<State> weak = server->state_;
   net::accept_forever(server->state_->acceptor, server->state_->retry, server->state_->alive, "metrics",
                       [weak](tcp::socket socket) {
                         if (auto s = weak.lock()) s->serve(std::move(socket));
                       });
   return server;
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::listen_at(asio::io_context& io, const std::string& option,
+                                                          const std::string& endpoint, int default_port,
+                                                          Render render) {
+  auto ep = parse_endpoint(endpoint, default_port);
+  if (!ep.ok()) return Status(Code::invalid_argument, option + ": " + ep.status().message());
+  std::string host = ep->host == "localhost" ? "127.0.0.1" : ep->host;
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  auto server = listen(io, host, ep->port, std::move(render));
+  if (!server.ok()) return Status(server.status().code(), option + ": " + server.status().message());
+  return server;
+}
+
+std::string HttpServer::endpoint() const {
+  return Endpoint{host_.empty() ? std::string("0.0.0.0") : host_, port_}.to_string();
 }
 
 void HttpServer::close() {
@@ -164,6 +207,7 @@ void HttpServer::close() {
   state_->retry.cancel();
   for (const auto& s : state_->open) s->close();
   state_->open.clear();
+  state_->per_peer.clear();
 }
 
 }  // namespace muster::metrics

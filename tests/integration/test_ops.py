@@ -5,6 +5,7 @@ test binds, and --version on every binary."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -308,3 +309,110 @@ def test_man_pages_document_every_option_and_render_cleanly():
                            text=True, timeout=60, env=dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8"))
         assert r.returncode == 0 and r.stderr == "", r.stderr
         assert "NAME" in r.stdout and "OPTIONS" in r.stdout
+
+
+def test_the_systemd_units_verify_and_musterd_s_is_hardened(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian's systemd package)")
+    units = ROOT / "packaging" / "systemd"
+    # The units as installed, pointing at the built binaries instead of /usr/bin.
+    daemon = (units / "musterd.service").read_text().replace("/usr/bin/musterd", os.environ["MUSTERD_BIN"])
+    agent_unit = (units / "muster@.service").read_text().replace("/usr/bin/muster ", os.environ["MUSTER_BIN"] + " ")
+    (tmp_path / "musterd.service").write_text(daemon)
+    (tmp_path / "muster@job.service").write_text(agent_unit)
+    r = subprocess.run([analyze, "verify", str(tmp_path / "musterd.service"), str(tmp_path / "muster@job.service")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
+    assert "KillMode=mixed" in agent_unit and "EnvironmentFile=/etc/muster/%i.conf" in agent_unit
+    for needed in ("WatchdogSec=", "LimitNOFILE=", "EnvironmentFile=-/etc/default/musterd", "ExecReload=",
+                   "$MUSTERD_ARGS"):
+        assert needed in daemon, needed
+    s = subprocess.run([analyze, "security", "--offline=yes", str(units / "musterd.service")],
+                       capture_output=True, text=True, timeout=60)
+    score = float(re.search(r"Overall exposure level for musterd.service: ([0-9.]+)", s.stdout + s.stderr).group(1))
+    assert score <= 2.0, s.stdout
+
+
+def test_the_agent_serves_its_metrics_through_a_restart(tmp_path):
+    port = free_port()
+    release = tmp_path / "release"
+    proc = start_muster(["--nproc-per-node=2", "--max-restarts=1", f"--metrics-listen=127.0.0.1:{port}", WORKER,
+                         str(tmp_path), "--fail-rank", "1", "--until-file", str(release)])
+    try:
+        # Attempt 0: rank 1 exits 3, rank 0 is stopped with SIGTERM; attempt 1 waits for the release.
+        assert wait_for(lambda: len(list(tmp_path.glob("n1_a1_r*.json"))) == 2, 60 * SLACK)
+        m = scrape(port)
+        assert m['muster_agent_phase{phase="running"}'] == 1 and m['muster_agent_phase{phase="stopping"}'] == 0
+        assert m["muster_local_world_size"] == 2 and m["muster_workers_running"] == 2
+        assert m["muster_restarts_total"] == 1 and m["muster_max_restarts"] == 1
+        assert m["muster_worker_group_starts_total"] == 2 and m["muster_worker_failures_total"] == 1
+        assert m['muster_worker_last_exit_code{local_rank="1",rank="1"}'] == 3
+        assert m['muster_worker_last_exit_code{local_rank="0",rank="0"}'] == -signal.SIGTERM
+        assert not any(k.startswith("muster_rendezvous") for k in m)  # one node: no rendezvous
+        assert any(k.startswith("muster_build_info{") for k in m)
+        release.touch()
+        out, err = proc.communicate(timeout=60 * SLACK)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_multi_node_agent_s_metrics_show_its_assignment(tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    ports = [free_port(), free_port()]
+    release = tmp_path / "release"
+    job = [agent(endpoint, "metered", n, tmp_path, "--until-file", str(release),
+                 extra=[f"--metrics-listen=127.0.0.1:{ports[n - 1]}"]) for n in (1, 2)]
+    try:
+        assert wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 2, 60 * SLACK)
+        seen = [scrape(p) for p in ports]
+        assert sorted(m["muster_group_rank"] for m in seen) == [0, 1]
+        for m in seen:
+            assert m["muster_rendezvous_connected"] == 1 and m["muster_rendezvous_round"] == 0
+            assert m["muster_group_world_size"] == 2 and m["muster_world_size"] == 2
+            assert m["muster_workers_running"] == 1
+        release.touch()
+        for rc, _, err in finish(job):
+            assert rc == 0, err
+    finally:
+        for p in job:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def test_a_bad_metrics_listen_is_refused_before_any_worker_starts(tmp_path):
+    r = run_muster(["--metrics-listen=127.0.0.1:http", "--nproc-per-node=1", WORKER, str(tmp_path)], timeout=60)
+    assert r.returncode == 2 and "--metrics-listen" in r.stderr, r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        r = run_muster([f"--metrics-listen=127.0.0.1:{busy}", "--nproc-per-node=1", WORKER, str(tmp_path)], timeout=60)
+    assert r.returncode == 1 and "--metrics-listen" in r.stderr and str(busy) in r.stderr, r.stderr
+    assert not list(tmp_path.glob("*.json"))  # no worker ran
+
+
+def test_one_address_cannot_hold_every_metrics_slot(keyed):
+    _, metrics, _ = keyed
+    held = [socket.create_connection(("127.0.0.1", metrics), timeout=10) for _ in range(20)]
+    try:
+        served = 0
+        for s in held:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.settimeout(5 * SLACK)
+            try:
+                served += s.recv(20).startswith(b"HTTP/1.1 200")
+            except (ConnectionError, socket.timeout):
+                pass
+        assert served == 8  # kMaxConnectionsPerPeer; the rest closed at once
+        # Another address is still served while these are held.
+        with socket.create_connection(("127.0.0.1", metrics), timeout=10, source_address=("127.0.0.2", 0)) as other:
+            other.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert other.recv(20).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in held:
+            s.close()

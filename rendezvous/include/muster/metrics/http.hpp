@@ -22,6 +22,11 @@ namespace muster::metrics {
 
 constexpr std::size_t kMaxRequestBytes = 8 * 1024;
 constexpr std::size_t kMaxConnections = 64;
+// One address cannot hold every slot.
+constexpr std::size_t kMaxConnectionsPerPeer = 8;
+// Scrapes within this long of a render get the same text (pipelined or
+// concurrent scrapes cost one walk of the owner's state).
+constexpr std::chrono::milliseconds kRenderReuse{250};
 constexpr std::chrono::seconds kIoTimeout{10};
 
 // The Prometheus text exposition format (version 0.0.4), one family at a time.
@@ -45,10 +50,17 @@ class HttpServer {
   // host "" listens on every interface; port 0 picks one.
   static Result<std::unique_ptr<HttpServer>> listen(boost::asio::io_context& io, const std::string& host, int port,
                                                     Render render);
+  // The same from ADDR:PORT as an operator writes it (a --metrics-listen
+  // value): "localhost" is 127.0.0.1, an IPv6 address may be in brackets, a
+  // missing port is default_port. Errors name the option.
+  static Result<std::unique_ptr<HttpServer>> listen_at(boost::asio::io_context& io, const std::string& option,
+                                                       const std::string& endpoint, int default_port, Render render);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
   int port() const { return port_; }
+  // host:port as bound (brackets around IPv6).
+  std::string endpoint() const;
   void close();
 
  private:
@@ -56,6 +68,7 @@ class HttpServer {
   struct State;
   std::shared_ptr<State> state_;
   int port_ = 0;
+  std::string host_;
 };
 
 }  // namespace muster::metrics
