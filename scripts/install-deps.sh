@@ -12,6 +12,7 @@ DEBIAN_PACKAGES=(
   libboost1.81-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev
   python3 python3-venv python3-pip python3-torch python3-numpy
   util-linux procps iproute2 man-db groff-base
+  systemd file dpkg-dev
 )
 
 as_root() {

@@ -51,8 +51,9 @@ def test_installed_package_builds_the_example(tmp_path):
     assert BUILD_DIR, "MUSTER_BUILD_DIR is not set (run through ctest)"
     cmake = shutil.which("cmake", path="/usr/bin") or shutil.which("cmake")
     prefix = tmp_path / "prefix"
-    subprocess.run([cmake, "--install", BUILD_DIR, "--prefix", str(prefix), "--component", "Unspecified"],
-                   check=True, capture_output=True, timeout=120)
+    for component in ("library", "development"):  # libmuster0's and libmuster-dev's parts
+        subprocess.run([cmake, "--install", BUILD_DIR, "--prefix", str(prefix), "--component", component],
+                       check=True, capture_output=True, timeout=120)
     assert (prefix / "include/muster/process_group.hpp").exists()
     flags = "-fsanitize=address,undefined" if SANITIZED else ""
     example = HERE.parent / "examples" / "ddp_linear"
