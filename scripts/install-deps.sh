@@ -2,7 +2,8 @@
 # Installs everything muster needs to build and test on Debian 12, as root:
 # the compiler and CMake, Boost.Asio (Boost 1.81), nlohmann/json, CLI11 and
 # Catch2 and OpenSSL's libcrypto from Debian; clang with its libFuzzer runtime for the fuzz targets;
-# Debian's python3-torch 1.13 for the older-dialect tests; and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
+# Debian's python3-torch 1.13 for the older-dialect tests; systemd (systemd-analyze), file and
+# dpkg-dev and lintian for the unit and Debian package tests; and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
 # compatibility tests. Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ DEBIAN_PACKAGES=(
   libboost1.81-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev
   python3 python3-venv python3-pip python3-torch python3-numpy
   util-linux procps iproute2 man-db groff-base
-  systemd file dpkg-dev
+  systemd file dpkg-dev lintian
 )
 
 as_root() {

@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 out=${1:-build-deb/packages}
 cmake=$(command -v /usr/bin/cmake || command -v cmake)
 cpack=$(command -v /usr/bin/cpack || command -v cpack)
-"$cmake" -S . -B build-deb -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
+# The changelog's date: the commit's, so a rebuild of one commit gives the same files.
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+"$cmake" -S . -B build-deb -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr -DMUSTER_DEB_PACKAGE=ON \
   -DMUSTER_BUILD_TESTS=OFF -DMUSTER_WITH_CUDA="${MUSTER_PACKAGE_CUDA:-OFF}" \
   -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON > /dev/null
 "$cmake" --build build-deb -j "${MUSTER_JOBS:-2}" --target muster musterd musterctl muster_runtime man_pages_written
@@ -21,12 +23,21 @@ out=$(cd "$out" && pwd)
 (cd build-deb && "$cpack" -G DEB -B "$out/.cpack" > "$out/cpack.log") || { cat "$out/cpack.log" >&2; exit 1; }
 mv "$out"/.cpack/*.deb "$out"/.cpack/*.ddeb "$out"/
 rm -rf "$out/.cpack"
-# Modes as Debian's dh_fixperms leaves them: shared libraries and split debug
-# symbols are not executable (CMake and objcopy keep the executable bit).
+# Finishing touches, as debhelper would leave them: shared libraries and split
+# debug symbols are not executable (CMake and objcopy keep the bit); a -dbgsym
+# package's doc folder is a link to its package's, which has the copyright and
+# changelog; md5sums list every file by its path in the package (CPack writes
+# absolute build paths into the -dbgsym ones).
 for pkg in "$out"/*.deb "$out"/*.ddeb; do
   tree=$(mktemp -d)
   dpkg-deb -R "$pkg" "$tree"
   find "$tree/usr" -type f \( -name '*.so.*' -o -name '*.debug' \) -exec chmod 0644 {} +
+  name=$(dpkg-deb -f "$pkg" Package)
+  if [ "${name%-dbgsym}" != "$name" ]; then
+    mkdir -p "$tree/usr/share/doc"
+    ln -s "${name%-dbgsym}" "$tree/usr/share/doc/$name"
+  fi
+  (cd "$tree" && find usr -type f -printf '%P\n' | sort | sed 's#^#usr/#' | xargs -r md5sum) > "$tree/DEBIAN/md5sums"
   dpkg-deb --root-owner-group -Zxz -b "$tree" "$pkg" > /dev/null
   rm -rf "$tree"
 done

@@ -83,6 +83,20 @@ def test_three_packages_with_computed_depends(packages):
     assert shlibs == f"libmuster 0 libmuster0 (>= {VERSION}-1)"
 
 
+def test_lintian_finds_nothing_to_fix(packages):
+    debs, _ = packages
+    lintian = shutil.which("lintian")
+    assert lintian, "lintian is missing: scripts/install-deps.sh installs it"
+    # Not about these packages: initial-upload-closes-no-bugs asks a first upload to
+    # Debian's archive to close its ITP bug; maintscript-calls-ldconfig is CPack's own
+    # ldconfig call in libmuster0's scripts, beside the trigger that does the work.
+    r = subprocess.run([lintian, "--fail-on", "error,warning", "--suppress-tags",
+                        "initial-upload-closes-no-bugs,maintscript-calls-ldconfig", *map(str, debs.values())],
+                       capture_output=True, text=True, timeout=600 * SLACK)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not [line for line in r.stdout.splitlines() if re.match(r"[EW]: ", line)], r.stdout
+
+
 def test_each_package_holds_its_part(packages):
     debs, _ = packages
     files = {name: contents(deb) for name, deb in debs.items()}
@@ -93,9 +107,10 @@ def test_each_package_holds_its_part(packages):
                    "/usr/share/man/man8/musterd.8.gz", "/usr/share/bash-completion/completions/muster",
                    "/usr/share/bash-completion/completions/musterd",
                    "/usr/share/bash-completion/completions/musterctl", "/usr/share/doc/muster/copyright",
-                   "/usr/share/doc/muster/operations.md", "/usr/share/doc/muster/security.md"],
+                   "/usr/share/doc/muster/operations.md", "/usr/share/doc/muster/security.md",
+                   "/usr/share/doc/muster/changelog.Debian.gz"],
         "libmuster0": [f"/{LIBDIR}/libmuster.so.0", f"/{LIBDIR}/libmuster.so.{VERSION}",
-                       "/usr/share/doc/libmuster0/copyright"],
+                       "/usr/share/doc/libmuster0/copyright", "/usr/share/doc/libmuster0/changelog.Debian.gz"],
         "libmuster-dev": [f"/{LIBDIR}/libmuster.so", "/usr/include/muster/muster.hpp",
                           "/usr/include/muster/process_group.hpp", f"/{LIBDIR}/cmake/muster/musterConfig.cmake",
                           f"/{LIBDIR}/pkgconfig/muster.pc", "/usr/share/doc/libmuster-dev/copyright"],
@@ -116,7 +131,7 @@ def test_each_package_holds_its_part(packages):
             mode = line.split()[0]
             if path.startswith("/usr/bin/"):
                 assert mode == "-rwxr-xr-x", (path, mode)
-            elif line.startswith("-"):  # libraries and debug symbols too, as dh_fixperms leaves them
+            elif line.startswith("-"):  # libraries and debug symbols too, as dh_fixperms leaves them; links any
                 assert mode == "-rw-r--r--", (path, mode)
     assert not [p for p in files["muster"] if "include" in p or p.endswith(".so")]
 
