@@ -170,7 +170,7 @@ AgentMetrics Agent::metrics() const {
   }
   m.local_world_size = cfg_.nproc_per_node;
   m.workers_running = static_cast<int>(supervisor_.running().size());
-  m.restarts = group_.restart_count;
+  m.restart_count = group_.restart_count;
   m.max_restarts = cfg_.max_restarts;
   m.worker_group_starts = worker_group_starts_;
   m.worker_failures = worker_failures_;
@@ -178,7 +178,7 @@ AgentMetrics Agent::metrics() const {
   for (const auto& [lr, e] : last_exits_) m.last_exits.push_back(e);
   m.coordinated = coordinated_;
   m.rendezvous_connected = rdzv_ && rdzv_->connected();
-  m.assigned = round_ >= 0;
+  m.assigned = assignment_.has_value();
   m.round = round_;
   m.group_rank = group_.group_rank;
   m.group_world_size = group_.group_world_size;
@@ -379,7 +379,7 @@ void Agent::on_worker_exit(const WorkerExit& e) {
   if (auto signo = signals_.take_pending()) on_signal(*signo);
   if (finished_) return;
   exits_[e.local_rank] = e;
-  last_exits_[e.local_rank] = {e.local_rank, group_.base_global_rank + e.local_rank, e.status.torch_exitcode()};
+  last_exits_[e.local_rank] = {e.local_rank, e.status.torch_exitcode()};
   if (!e.status.success() && core_.phase() == Phase::running) {
     ++worker_failures_;
     log::error("failed (exitcode: " + std::to_string(e.status.torch_exitcode()) +

@@ -14,8 +14,9 @@ std::string render_agent_metrics(const AgentMetrics& m, const std::string& versi
   t.sample(m.local_world_size);
   t.family("muster_workers_running", "gauge", "Workers alive now.");
   t.sample(m.workers_running);
-  t.family("muster_restarts_total", "counter", "Restarts of the worker group so far (TORCHELASTIC_RESTART_COUNT).");
-  t.sample(m.restarts);
+  t.family("muster_restart_count", "gauge",
+           "The workers' TORCHELASTIC_RESTART_COUNT: restarts of the group so far (the job's, in a multi-node job).");
+  t.sample(m.restart_count);
   t.family("muster_max_restarts", "gauge", "Restarts allowed (--max-restarts).");
   t.sample(m.max_restarts);
   t.family("muster_worker_group_starts_total", "counter", "Times this agent started its worker group.");
@@ -26,7 +27,7 @@ std::string render_agent_metrics(const AgentMetrics& m, const std::string& versi
   t.family("muster_worker_last_exit_code", "gauge",
            "How each local rank's latest worker ended: its exit code, or -N for death by signal N.");
   for (const auto& e : m.last_exits) {
-    t.sample({{"local_rank", std::to_string(e.local_rank)}, {"rank", std::to_string(e.rank)}}, e.exitcode);
+    t.sample({{"local_rank", std::to_string(e.local_rank)}}, e.exitcode);
   }
   t.family("muster_log_lines_dropped_total", "counter", "Agent log lines dropped while stderr was not being read.");
   t.sample(static_cast<double>(m.log_lines_dropped));

@@ -12,18 +12,18 @@ struct AgentMetrics {
   std::string phase;  // idle, running, stopping, waiting, finished
   int local_world_size = 0;
   int workers_running = 0;
-  int restarts = 0;  // restarts of the worker group so far (TORCHELASTIC_RESTART_COUNT of the workers)
+  int restart_count = 0;  // the workers' TORCHELASTIC_RESTART_COUNT (a multi-node job's, from the rendezvous)
   int max_restarts = 0;
   uint64_t worker_group_starts = 0;
   uint64_t worker_failures = 0;  // workers that ended badly on their own (not stopped by the agent)
   uint64_t log_lines_dropped = 0;
   struct Exit {
     int local_rank = 0;
-    int rank = 0;      // the global rank it had
     int exitcode = 0;  // torch's convention: -N for death by signal N
   };
   std::vector<Exit> last_exits;  // one per local rank that has exited, by local rank
-  // Multi-node jobs: what the rendezvous assigned (absent before the first assignment).
+  // Multi-node jobs: the assignment the workers run under (none while the
+  // node waits for a round, before the first and between re-forms).
   bool coordinated = false;
   bool rendezvous_connected = false;
   bool assigned = false;

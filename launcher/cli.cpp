@@ -723,8 +723,9 @@ std::string usage_text(const std::string& prog) {
 std::string help_text(const std::string& prog) {
   std::string out = usage_text(prog);
   out +=
-      "\nmuster: the torchrun-compatible launcher for distributed training. Every option also reads\n"
-      "its default from PET_<NAME> (e.g. PET_NPROC_PER_NODE).\n\n"
+      "\nmuster: the torchrun-compatible launcher for distributed training. Every torchrun option also\n"
+      "reads its default from PET_<NAME> (e.g. PET_NPROC_PER_NODE); muster's own (--auth-key-file,\n"
+      "--metrics-listen) read the MUSTER_* variable their help names.\n\n"
       "positional arguments:\n"
       "  training_script       the program or script to run in every worker, followed by its arguments\n"
       "  training_script_args\n\noptions:\n";

@@ -71,7 +71,18 @@ struct HttpServer::State : std::enable_shared_from_this<State> {
   Render render;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   std::set<std::shared_ptr<beast::tcp_stream>> open;
+  // Connections by peer: an IPv4 address, or an IPv6 /64 (what one host is
+  // handed), with v4-mapped addresses counted as the IPv4 address they are.
   std::map<asio::ip::address, std::size_t> per_peer;
+
+  static asio::ip::address peer_key(const asio::ip::address& a) {
+    if (!a.is_v6()) return a;
+    auto v6 = a.to_v6();
+    if (v6.is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, v6);
+    auto bytes = v6.to_bytes();
+    for (std::size_t i = 8; i < bytes.size(); ++i) bytes[i] = 0;
+    return asio::ip::address_v6(bytes);
+  }
   std::string rendered;
   std::chrono::steady_clock::time_point rendered_at{};
   bool have_render = false;
@@ -88,17 +99,18 @@ struct HttpServer::State : std::enable_shared_from_this<State> {
 
   void serve(tcp::socket socket) {
     boost::system::error_code ec;
-    auto peer = socket.remote_endpoint(ec);
-    if (ec || open.size() >= kMaxConnections || per_peer[peer.address()] >= kMaxConnectionsPerPeer) {
-      if (!ec && per_peer[peer.address()] == 0) per_peer.erase(peer.address());
+    auto endpoint = socket.remote_endpoint(ec);
+    auto peer = ec ? asio::ip::address() : peer_key(endpoint.address());
+    auto held = per_peer.find(peer);
+    if (ec || open.size() >= kMaxConnections || (held != per_peer.end() && held->second >= kMaxConnectionsPerPeer)) {
       boost::system::error_code ignored;
       socket.close(ignored);
       return;
     }
-    ++per_peer[peer.address()];
+    ++per_peer[peer];
     auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
     open.insert(stream);
-    asio::co_spawn(acceptor.get_executor(), session(shared_from_this(), stream, peer.address()), asio::detached);
+    asio::co_spawn(acceptor.get_executor(), session(shared_from_this(), stream, peer), asio::detached);
   }
 
   void forget(const std::shared_ptr<beast::tcp_stream>& stream, const asio::ip::address& peer) {

@@ -5,6 +5,7 @@ test binds, and --version on every binary."""
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, SLACK, RdzvConn, free_port, port_open, run_muster, start_muster, start_musterd,
-                            stop_musterd, wait_for)
+from muster_testing import (DATA, SLACK, RdzvConn, base_env, free_port, port_open, run_muster, start_muster,
+                            start_musterd, stop_musterd, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = str(DATA / "elastic_worker.py")
@@ -29,10 +30,11 @@ def ctl(endpoint, *args, key=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60 * SLACK)
 
 
-def agent(endpoint, job, node, out, *worker_args, key=None, extra=()):
+def agent(endpoint, job, node, out, *worker_args, key=None, extra=(), env=None):
     return start_muster(["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
                          f"--rdzv-id={job}", f"--rdzv-conf={FAST}", f"--local-addr=127.0.0.{node}",
-                         *([f"--auth-key-file={key}"] if key else []), *extra, WORKER, str(out), *worker_args])
+                         *([f"--auth-key-file={key}"] if key else []), *extra, WORKER, str(out), *worker_args],
+                        env=env)
 
 
 def finish(procs, timeout=90):
@@ -291,6 +293,14 @@ def test_bash_completion_offers_each_binary_s_own_options(tmp_path):
     # After the script, its own arguments: files, not muster's options.
     assert complete(f"{muster} --nnodes 2 train.py --n", "_muster") == []
     assert complete(f"{musterd} --metrics", "_musterd") == ["--metrics-listen"]
+    # Every option that takes a value (read from --help) has its value skipped: what follows
+    # it is still muster's command line, not the script's.
+    usage = subprocess.run([muster, "--help"], capture_output=True, text=True, timeout=30).stdout
+    valued = set(re.findall(r"\[(-[-\w]+) [A-Z_{][^\]]*\]", usage))
+    assert {"--nnodes", "--auth-key-file", "--metrics-listen", "-r", "-t"} <= valued, valued
+    for option in sorted(valued):
+        assert complete(f"{muster} {option} some.value --nproc", "_muster") == \
+            ["--nproc-per-node", "--nproc_per_node"], option
     assert complete(f"{MUSTERCTL} j", "_musterctl") == ["jobs", "job"]
     assert "--json" in complete(f"{MUSTERCTL} jobs --", "_musterctl")
 
@@ -328,27 +338,55 @@ def test_the_systemd_units_verify_and_musterd_s_is_hardened(tmp_path):
     for needed in ("WatchdogSec=", "LimitNOFILE=", "EnvironmentFile=-/etc/default/musterd", "ExecReload=",
                    "$MUSTERD_ARGS"):
         assert needed in daemon, needed
+    # Installed, the units name the binaries under that install's prefix.
+    cmake = shutil.which("cmake", path="/usr/bin") or shutil.which("cmake")
+    prefix = tmp_path / "prefix"
+    subprocess.run([cmake, "--install", os.environ["MUSTER_BUILD_DIR"], "--prefix", str(prefix), "--component",
+                    "runtime"], check=True, capture_output=True, timeout=120)
+    installed = prefix / "lib/systemd/system"
+    assert f"ExecStart={prefix}/bin/musterd $MUSTERD_ARGS" in (installed / "musterd.service").read_text()
+    assert f"ExecStart={prefix}/bin/muster $MUSTER_ARGS" in (installed / "muster@.service").read_text()
+    assert f"file://{prefix}/share/doc/muster/operations.md" in (installed / "musterd.service").read_text()
     s = subprocess.run([analyze, "security", "--offline=yes", str(units / "musterd.service")],
                        capture_output=True, text=True, timeout=60)
     score = float(re.search(r"Overall exposure level for musterd.service: ([0-9.]+)", s.stdout + s.stderr).group(1))
     assert score <= 2.0, s.stdout
 
 
+def metrics_port(proc):
+    """The port an agent started with --metrics-listen=127.0.0.1:0 and LOGLEVEL=INFO says it serves on.
+    Reads the raw descriptor, so nothing waits in a Python buffer that select cannot see."""
+    fd = proc.stderr.fileno()
+    deadline = time.monotonic() + 30 * SLACK
+    seen = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        seen += chunk
+        if m := re.search(rb"metrics on http://127\.0\.0\.1:(\d+)/metrics", seen):
+            return int(m.group(1))
+    raise AssertionError(f"no metrics line; stderr so far: {seen.decode(errors='replace')}")
+
+
 def test_the_agent_serves_its_metrics_through_a_restart(tmp_path):
-    port = free_port()
     release = tmp_path / "release"
-    proc = start_muster(["--nproc-per-node=2", "--max-restarts=1", f"--metrics-listen=127.0.0.1:{port}", WORKER,
-                         str(tmp_path), "--fail-rank", "1", "--until-file", str(release)])
+    proc = start_muster(["--nproc-per-node=2", "--max-restarts=1", "--metrics-listen=127.0.0.1:0", WORKER,
+                         str(tmp_path), "--fail-rank", "1", "--until-file", str(release)], env=base_env(LOGLEVEL="INFO"))
     try:
+        port = metrics_port(proc)
         # Attempt 0: rank 1 exits 3, rank 0 is stopped with SIGTERM; attempt 1 waits for the release.
         assert wait_for(lambda: len(list(tmp_path.glob("n1_a1_r*.json"))) == 2, 60 * SLACK)
         m = scrape(port)
         assert m['muster_agent_phase{phase="running"}'] == 1 and m['muster_agent_phase{phase="stopping"}'] == 0
         assert m["muster_local_world_size"] == 2 and m["muster_workers_running"] == 2
-        assert m["muster_restarts_total"] == 1 and m["muster_max_restarts"] == 1
+        assert m["muster_restart_count"] == 1 and m["muster_max_restarts"] == 1
         assert m["muster_worker_group_starts_total"] == 2 and m["muster_worker_failures_total"] == 1
-        assert m['muster_worker_last_exit_code{local_rank="1",rank="1"}'] == 3
-        assert m['muster_worker_last_exit_code{local_rank="0",rank="0"}'] == -signal.SIGTERM
+        assert m['muster_worker_last_exit_code{local_rank="1"}'] == 3
+        assert m['muster_worker_last_exit_code{local_rank="0"}'] == -signal.SIGTERM
         assert not any(k.startswith("muster_rendezvous") for k in m)  # one node: no rendezvous
         assert any(k.startswith("muster_build_info{") for k in m)
         release.touch()
@@ -362,11 +400,11 @@ def test_the_agent_serves_its_metrics_through_a_restart(tmp_path):
 
 def test_a_multi_node_agent_s_metrics_show_its_assignment(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
-    ports = [free_port(), free_port()]
     release = tmp_path / "release"
     job = [agent(endpoint, "metered", n, tmp_path, "--until-file", str(release),
-                 extra=[f"--metrics-listen=127.0.0.1:{ports[n - 1]}"]) for n in (1, 2)]
+                 extra=["--metrics-listen=127.0.0.1:0"], env=base_env(LOGLEVEL="INFO")) for n in (1, 2)]
     try:
+        ports = [metrics_port(p) for p in job]
         assert wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 2, 60 * SLACK)
         seen = [scrape(p) for p in ports]
         assert sorted(m["muster_group_rank"] for m in seen) == [0, 1]
@@ -416,3 +454,21 @@ def test_one_address_cannot_hold_every_metrics_slot(keyed):
     finally:
         for s in held:
             s.close()
+
+    # Closed connections give their slots back: 8 at once from this address again.
+    def eight_served():
+        again = [socket.create_connection(("127.0.0.1", metrics), timeout=10) for _ in range(8)]
+        try:
+            ok = 0
+            for s in again:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                s.settimeout(5 * SLACK)
+                try:
+                    ok += s.recv(20).startswith(b"HTTP/1.1 200")
+                except (ConnectionError, socket.timeout):
+                    pass
+            return ok == 8
+        finally:
+            for s in again:
+                s.close()
+    assert wait_for(eight_served, 20 * SLACK, interval=0.2)

@@ -22,7 +22,9 @@ namespace muster::metrics {
 
 constexpr std::size_t kMaxRequestBytes = 8 * 1024;
 constexpr std::size_t kMaxConnections = 64;
-// One address cannot hold every slot.
+// One peer (an IPv4 address, an IPv6 /64) cannot hold every slot. A peer that
+// keeps its connections busy can still hold its share: bind the endpoint where
+// only the monitoring system reaches it.
 constexpr std::size_t kMaxConnectionsPerPeer = 8;
 // Scrapes within this long of a render get the same text (pipelined or
 // concurrent scrapes cost one walk of the owner's state).
