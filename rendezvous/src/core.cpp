@@ -572,31 +572,52 @@ const char* state_name(State s) {
   return "?";
 }
 
-JobView Rendezvous::view(TimePoint now) const {
+JobView Rendezvous::view(TimePoint now, std::size_t from, std::size_t limit) const {
   JobView v;
   v.state = state_;
   v.round = round_;
   v.restart_count = restart_count_;
   v.settings = settings_;
   v.in_round = participants_.size();
+  v.total_members = members_.size();
+  // Order light entries, then build views only for the slice asked for.
+  struct Entry {
+    const MemberId* id;
+    const Member* member;
+    std::optional<int> group_rank;
+  };
+  std::vector<Entry> order;
+  order.reserve(members_.size());
   for (const auto& [id, m] : members_) {
-    MemberView mv;
-    mv.node_name = m.request.node_name;
-    mv.address = m.request.address;
-    mv.role = m.request.role;
-    mv.local_world_size = m.request.local_world_size;
-    if (auto a = assigned_.find(id); a != assigned_.end() && state_ == State::running) mv.group_rank = a->second.group_rank;
-    mv.in_round = participants_.count(id) > 0;
-    mv.waiting = waiting_.count(id) > 0;
-    mv.connected = m.connected;
-    mv.since_heard = std::chrono::duration_cast<Duration>(now - m.last_seen);
-    v.members.push_back(std::move(mv));
+    Entry e{&id, &m, std::nullopt};
+    if (auto a = assigned_.find(id); a != assigned_.end() && state_ == State::running) e.group_rank = a->second.group_rank;
+    order.push_back(e);
   }
-  std::sort(v.members.begin(), v.members.end(), [](const MemberView& a, const MemberView& b) {
+  auto before = [](const Entry& a, const Entry& b) {
     if (a.group_rank.has_value() != b.group_rank.has_value()) return a.group_rank.has_value();
     if (a.group_rank && *a.group_rank != *b.group_rank) return *a.group_rank < *b.group_rank;
-    return a.node_name < b.node_name;
-  });
+    return a.member->request.node_name < b.member->request.node_name;
+  };
+  if (from < order.size() && limit > 0) {
+    auto first = order.begin() + static_cast<std::ptrdiff_t>(from);
+    auto last = order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), from + std::min(limit, order.size())));
+    std::nth_element(order.begin(), first, order.end(), before);
+    std::partial_sort(first, last, order.end(), before);
+    for (auto it = first; it != last; ++it) {
+      const Member& m = *it->member;
+      MemberView mv;
+      mv.node_name = m.request.node_name;
+      mv.address = m.request.address;
+      mv.role = m.request.role;
+      mv.local_world_size = m.request.local_world_size;
+      mv.group_rank = it->group_rank;
+      mv.in_round = participants_.count(*it->id) > 0;
+      mv.waiting = waiting_.count(*it->id) > 0;
+      mv.connected = m.connected;
+      mv.since_heard = std::chrono::duration_cast<Duration>(now - m.last_seen);
+      v.members.push_back(std::move(mv));
+    }
+  }
   if (last_failure_) {
     v.last_failure = last_failure_;
     v.last_failure_node = last_failure_node_;

@@ -284,6 +284,9 @@ long long ms_between(TimePoint from, TimePoint to) {
 // A job's failure message in a query reply is cut to this (the page
 // budget leaves room for it, escaped six times over, and the summary).
 constexpr std::size_t kQueryFailureMessage = 4096;
+// The most members one job page can hold: a member takes well over 64 bytes of
+// JSON, so a page of kQueryReplyBytes never needs more.
+constexpr std::size_t kQueryMembersPerPage = kQueryReplyBytes / 64;
 
 }  // namespace
 
@@ -365,11 +368,11 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
     return s.send(to_json(reply));
   }
   const Job& job = *it->second;
-  JobView view = job.rdzv.view(now);
+  JobView view = job.rdzv.view(now, static_cast<std::size_t>(q->from), kQueryMembersPerPage);
   JobReply reply;
   reply.job.id = job.id;
   reply.job.state = state_name(view.state);
-  reply.job.nodes = static_cast<int>(view.members.size());
+  reply.job.nodes = static_cast<int>(view.total_members);
   reply.job.in_round = static_cast<int>(view.in_round);
   reply.job.min_nodes = job.settings.min_nodes;
   reply.job.max_nodes = job.settings.max_nodes;
@@ -377,10 +380,11 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
   reply.job.restarts = view.restart_count;
   reply.job.max_restarts = job.settings.max_restarts;
   reply.job.age_ms = ms_between(job.created, now);
-  reply.total_members = static_cast<int>(view.members.size());
+  reply.total_members = static_cast<int>(view.total_members);
   std::size_t bytes = 0;
-  for (std::size_t i = static_cast<std::size_t>(q->from); i < view.members.size(); ++i) {
-    const MemberView& m = view.members[i];
+  for (std::size_t k = 0; k < view.members.size(); ++k) {
+    const MemberView& m = view.members[k];
+    std::size_t i = static_cast<std::size_t>(q->from) + k;
     MemberSummary ms;
     ms.node = m.node_name;
     ms.address = m.address;
@@ -398,6 +402,10 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
       break;
     }
     reply.members.push_back(std::move(ms));
+  }
+  std::size_t after_page = static_cast<std::size_t>(q->from) + view.members.size();
+  if (!reply.next_from && after_page < view.total_members) {
+    reply.next_from = static_cast<int>(after_page);
   }
   if (view.last_failure) {
     reply.last_failure = view.last_failure;
@@ -570,7 +578,7 @@ void RendezvousServer::retire_if_closed(Job& job) {
   t.round = job.rdzv.round();
   t.restarts = job.rdzv.restart_count();
   t.max_restarts = job.settings.max_restarts;
-  JobView view = job.rdzv.view(now);
+  JobView view = job.rdzv.view(now, 0, 0);
   if (!t.success && view.last_failure) {
     t.failure = view.last_failure;
     if (t.failure->message.size() > kTombstoneMessage) t.failure->message.resize(kTombstoneMessage);

@@ -273,6 +273,29 @@ def test_musterctl_pages_through_long_hostile_ids(tmp_path):
         stop_musterd(proc)
 
 
+def test_musterctl_pages_through_a_job_with_many_long_named_members(tmp_path):
+    proc, port = start_musterd()
+    try:
+        conns = []
+        names = [f"{i:04d}" + "\x01" * 1000 for i in range(400)]  # each 6 KB once escaped: several pages
+        for name in reversed(names):
+            c = RdzvConn(port)
+            c.join("crowd", name, min_nodes=1000, max_nodes=1000, join_timeout_ms=120000,
+                   keep_alive_interval_ms=60000)
+            conns.append(c)
+        conns[-1].send({"type": "heartbeat", "v": 1, "seq": 1})
+        assert conns[-1].recv()["type"] == "heartbeat_ack"  # every join has been handled
+        r = ctl(f"127.0.0.1:{port}", "--json", "job", "crowd")
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        assert d["total_members"] == 400 and d["job"]["nodes"] == 400
+        assert [m["node"] for m in d["members"]] == names  # in order (no ranks yet: by name), none twice
+        for c in conns:
+            c.close()
+    finally:
+        stop_musterd(proc)
+
+
 def complete(command_line, function):
     """What bash completion offers for the last word of command_line."""
     words = command_line.split(" ")

@@ -205,7 +205,9 @@ struct JobView {
   int restart_count = 0;
   Settings settings;
   std::size_t in_round = 0;  // members of the current (or forming) round
-  std::vector<MemberView> members;  // by group rank, then by name
+  std::size_t total_members = 0;
+  // Members in order (by group rank, then by name): the slice asked for.
+  std::vector<MemberView> members;
   // The latest failure a member reported (with or without a restart).
   std::optional<FailureInfo> last_failure;
   std::string last_failure_node;
@@ -254,7 +256,10 @@ class Rendezvous {
   // a driver can skip re-arming its timer when one is set earlier.
   Duration shortest_timeout() const;
 
-  JobView view(TimePoint now) const;
+  // The job as an operator sees it, with members [from, from + limit) of the
+  // ordered list: O(members + limit log limit), so paging through a large
+  // job does not sort it once per page.
+  JobView view(TimePoint now, std::size_t from = 0, std::size_t limit = SIZE_MAX) const;
   const Counters& counters() const { return counters_; }
   State state() const { return state_; }
   int round() const { return round_; }
