@@ -654,8 +654,13 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
     cfg.args = args.training_script_args;
     cfg.entrypoint_name = cfg.executable;
   } else {
+    // torchrun runs workers with its own interpreter (sys.executable); muster has
+    // none, so: PYTHON_EXEC, else the Python of the environment muster was
+    // installed into, else python3 from PATH.
     auto python = env_get(env, "PYTHON_EXEC");
-    cfg.executable = python ? *python : "python3";
+    cfg.executable = python                              ? *python
+                     : !host.environment_python.empty() ? host.environment_python
+                                                         : "python3";
     cfg.args = {"-u"};
     if (cfg.module) cfg.args.push_back("-m");
     cfg.args.push_back(args.training_script);

@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -24,6 +25,26 @@ extern char** environ;
 namespace {
 
 using muster::launcher::Environment;
+
+// The interpreter of the Python environment this binary was installed into by
+// pip (the wheel puts it in <env>/bin): a folder whose parent holds pyvenv.cfg
+// (venv, virtualenv) or conda-meta/ (conda). The path is the environment's own
+// (not resolved through its symlink), so the interpreter finds its packages.
+std::string environment_python() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  auto bin = self.parent_path();
+  auto env = bin.parent_path();
+  if (!std::filesystem::is_regular_file(env / "pyvenv.cfg", ec) && !std::filesystem::is_directory(env / "conda-meta", ec)) {
+    return "";
+  }
+  for (const char* name : {"python3", "python"}) {
+    auto python = bin / name;
+    if (access(python.c_str(), X_OK) == 0) return python.string();
+  }
+  return "";
+}
 
 // --metrics-listen without a port (musterd's default is 9400).
 constexpr int kAgentMetricsPort = 9401;
@@ -141,6 +162,7 @@ int main(int argc, char** argv) {
   host.cpu_count = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   host.gpu_count = [&env] { return count_gpus(env); };
   host.new_run_id = new_uuid4;
+  host.environment_python = environment_python();
   auto cfg = muster::launcher::resolve_config(parsed.value(), env, host);
   if (!cfg.ok()) {
     std::fprintf(stderr, "%smuster: error: %s\n", muster::launcher::usage_text(prog).c_str(),

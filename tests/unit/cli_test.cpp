@@ -109,6 +109,18 @@ TEST_CASE("the worker command follows --module, --no-python and PYTHON_EXEC", "[
   REQUIRE(exec.ok());
   CHECK(exec->executable == "/opt/py/bin/python");
   CHECK(exec->entrypoint_name == "/opt/py/bin/python");
+  // Installed into a Python environment (the wheel): that environment's interpreter,
+  // unless PYTHON_EXEC says otherwise.
+  HostFacts in_venv = host();
+  in_venv.environment_python = "/home/u/venv/bin/python3";
+  auto venv = launch({"train.py"}, {}, in_venv);
+  REQUIRE(venv.ok());
+  CHECK(venv->executable == "/home/u/venv/bin/python3");
+  CHECK(venv->entrypoint_name == "train.py");
+  auto both = launch({"train.py"}, {{"PYTHON_EXEC", "/opt/py/bin/python"}}, in_venv);
+  REQUIRE(both.ok());
+  CHECK(both->executable == "/opt/py/bin/python");
+  CHECK(launch({"train.py"})->executable == "python3");
   CHECK(error_of({"-m", "--no-python", "x"}) ==
         "Don't use both the '--no-python' flag and the '--module' flag at the same time.");
 }
