@@ -136,9 +136,55 @@ Status Agent::form_group() {
   return {};
 }
 
+Status Agent::open_file_timer() {
+  if (cfg_.file_timer_path.empty()) return {};
+  auto server = FileTimerServer::open(io_, cfg_.file_timer_path, [this](const ExpiredWorker& w) { on_timer_expired(w); });
+  if (!server.ok()) return server.status();
+  file_timer_ = std::move(server.value());
+  // The workers find the pipe here (torchrun passes it on the same way).
+  env_["TORCHELASTIC_TIMER_FILE"] = cfg_.file_timer_path;
+  log::info("worker watchdog: serving timers on " + cfg_.file_timer_path);
+  return {};
+}
+
+void Agent::on_timer_expired(const ExpiredWorker& w) {
+  std::string scopes;
+  for (const auto& s : w.scopes) scopes += (scopes.empty() ? "" : ", ") + s;
+  // Only this agent's workers and what they started without leaving the
+  // worker's session (the worker is its session's leader): a request naming
+  // any other process is ignored.
+  int local_rank = -1;
+  pid_t sid = getsid(w.pid);
+  for (int lr : supervisor_.running()) {
+    pid_t worker = supervisor_.worker_pid(lr);
+    if (w.pid == worker || (sid > 0 && sid == worker)) local_rank = lr;
+  }
+  if (local_rank < 0) {
+    if (w.signal > 0) {
+      log::warning("worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid) +
+                   " expired, but that process is none of this agent's workers; not signalled");
+    }
+    return;
+  }
+  if (w.signal <= 0) {
+    log::warning("worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid) + " (local_rank " +
+                 std::to_string(local_rank) + ") expired; it asked not to be killed");
+    return;
+  }
+  log::warning("worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid) + " (local_rank " +
+               std::to_string(local_rank) + ") expired; sending " + signal_label(w.signal));
+  if (::kill(w.pid, w.signal) != 0 && errno != ESRCH) {
+    log::error("worker watchdog: cannot signal pid " + std::to_string(w.pid) + ": " + std::strerror(errno));
+  }
+}
+
 int Agent::run() {
   host_ = local_fqdn();
   wait_for_signal();
+  if (auto st = open_file_timer(); !st.ok()) {
+    say("muster: error: " + st.message() + "\n");
+    return 1;
+  }
   if (cfg_.max_nodes > 1) return run_coordinated();
   if (auto st = form_group(); !st.ok()) {
     std::string msg = "muster: error: " + st.message() + "\n";
@@ -343,6 +389,7 @@ void Agent::start_workers(int restart_count) {
   // (A multi-node job gets a fresh store per round when it joins instead: node
   // rank 0 starting its workers must not wipe what other nodes' workers wrote.)
   if (store_ && !coordinated_) store_->reset();
+  if (file_timer_) file_timer_->clear();
   if (auto st = supervisor_.start(launches); !st.ok()) {
     log::error(st.message());
     finish(1);

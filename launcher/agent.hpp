@@ -15,6 +15,7 @@
 #include "agent_metrics.hpp"
 #include "async_writer.hpp"
 #include "failure_report.hpp"
+#include "file_timer.hpp"
 #include "launch_config.hpp"
 #include "log_dir.hpp"
 #include "muster/rendezvous/client.hpp"
@@ -48,6 +49,8 @@ class Agent {
   void start_workers(int restart_count);
   void on_worker_exit(const WorkerExit& e);
   void finish(int exit_code);
+  Status open_file_timer();
+  void on_timer_expired(const ExpiredWorker& w);
   void report_failure();
   // Multi-node jobs (agent_rendezvous.cpp).
   int run_coordinated();
@@ -100,6 +103,7 @@ class Agent {
   uint64_t worker_group_starts_ = 0;
   uint64_t worker_failures_ = 0;
   std::map<int, AgentMetrics::Exit> last_exits_;
+  std::unique_ptr<FileTimerServer> file_timer_;
   int exit_code_ = 1;
   bool finished_ = false;
 

@@ -642,6 +642,14 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
   } else if (auto m = env_get(env, "MUSTER_METRICS_LISTEN"); m && !m->empty()) {
     cfg.metrics_listen = *m;
   }
+  // torchrun's watchdog: on with TORCHELASTIC_ENABLE_FILE_TIMER=1 exactly, its
+  // pipe at TORCHELASTIC_TIMER_FILE or a fresh name in the temporary folder.
+  if (env_get(env, "TORCHELASTIC_ENABLE_FILE_TIMER").value_or("") == "1") {
+    auto file = env_get(env, "TORCHELASTIC_TIMER_FILE");
+    std::string tmp = env_get(env, "TMPDIR").value_or("");
+    cfg.file_timer_path = file ? *file : (tmp.empty() ? std::string("/tmp") : tmp) + "/watchdog_timer_" + host.new_run_id();
+    if (cfg.file_timer_path.empty()) return invalid_argument("TORCHELASTIC_TIMER_FILE is set but empty");
+  }
 
   // The worker command.
   cfg.module = flag(args, "module");

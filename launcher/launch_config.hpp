@@ -42,6 +42,9 @@ struct LaunchConfig {
   bool virtual_local_rank = false;
   // muster's own: the rendezvous's shared secret ("": from the environment).
   std::string auth_key_file;
+  // torchrun's file-based watchdog (TORCHELASTIC_ENABLE_FILE_TIMER=1): the
+  // named pipe the workers write timers to ("": no watchdog).
+  std::string file_timer_path;
   // muster's own: where to serve the agent's metrics ("": nowhere).
   std::string metrics_listen;
 
