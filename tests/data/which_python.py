@@ -7,13 +7,17 @@ import os
 import runpy
 import sys
 
-import torch
+try:
+    import torch
+    torch_version = torch.__version__
+except ImportError:
+    torch_version = None
 
 out = sys.argv[1]
 rank = os.environ["RANK"]
 tmp = os.path.join(out, f".python_{rank}.{os.getpid()}.tmp")
 with open(tmp, "w") as f:
-    json.dump({"executable": sys.executable, "prefix": sys.prefix, "torch": torch.__version__}, f)
+    json.dump({"executable": sys.executable, "prefix": sys.prefix, "torch": torch_version}, f)
 os.rename(tmp, os.path.join(out, f"python_{rank}.json"))
 if len(sys.argv) > 2:
     sys.argv = [sys.argv[2], out, *sys.argv[3:]]
