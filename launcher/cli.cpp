@@ -426,10 +426,13 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
         "muster has none. Drop --run-path and muster runs the script with python -u, or use "
         "--no-python for a program");
   }
-  if (has(args, "logs_specs")) {
-    return invalid_argument(
-        "--logs-specs loads a Python LogsSpecs plugin, which a native launcher cannot load; use "
-        "--log-dir, -r/--redirects, -t/--tee and --local-ranks-filter instead");
+  // torchrun's default LogsSpecs is registered as "default": the layout muster
+  // writes. Any other name is a Python plugin class.
+  if (has(args, "logs_specs") && get(args, "logs_specs") != "default") {
+    return invalid_argument("Could not find entrypoint under 'torchrun.logs_specs[" + get(args, "logs_specs") +
+                            "]' key: muster has torchrun's 'default' only (a LogsSpecs plugin is a Python class, "
+                            "which a native launcher cannot load); use --log-dir, -r/--redirects, -t/--tee and "
+                            "--local-ranks-filter instead");
   }
   if (has(args, "numa_binding")) {
     return invalid_argument(
@@ -492,8 +495,8 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
                               "' needs an etcd server, which muster does not use; use "
                               "--rdzv-backend=c10d (hosted by an agent or by musterd)");
     }
-    return invalid_argument("the rendezvous backend '" + backend +
-                            "' is not known; muster supports static and c10d");
+    return invalid_argument("The rendezvous backend '" + backend +
+                            "' is not registered: muster supports static and c10d");
   }
   cfg.rdzv_backend = backend;
   cfg.rdzv_id = run_id;
@@ -629,7 +632,7 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
     cfg.shutdown_timeout = static_cast<int>(*v);
   }
   if (cfg.shutdown_timeout < 0) {
-    return invalid_argument("shutdown_timeout must be >= 0, got " + std::to_string(cfg.shutdown_timeout));
+    return invalid_argument("shutdown_timeout must be non-negative, got " + std::to_string(cfg.shutdown_timeout));
   }
   cfg.virtual_local_rank = flag(args, "virtual_local_rank");
   if (has(args, "auth_key_file")) {
@@ -669,6 +672,9 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
     cfg.executable = python                              ? *python
                      : !host.environment_python.empty() ? host.environment_python
                                                          : "python3";
+    // torchrun's interpreter is sys.executable, a full path: so is the one
+    // reports name, once the agent has looked python3 up.
+    cfg.python_from_path = !python && host.environment_python.empty();
     cfg.args = {"-u"};
     if (cfg.module) cfg.args.push_back("-m");
     cfg.args.push_back(args.training_script);

@@ -54,6 +54,8 @@ struct LaunchConfig {
   std::vector<std::string> args;
   // The name shown in the failure report's title.
   std::string entrypoint_name;
+  // executable is python3, to be found on PATH: logs name the full path found.
+  bool python_from_path = false;
 
   // Set when OMP_NUM_THREADS was absent and nproc > 1: the agent sets it to 1
   // and prints torchrun's banner.

@@ -1,5 +1,6 @@
 // muster: the per-node agent, a drop-in for torchrun.
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -26,6 +27,16 @@ extern char** environ;
 namespace {
 
 using muster::launcher::Environment;
+
+// The CPUs this process may run on (its affinity mask: taskset, cgroup
+// cpusets), as torch counts them for --nproc-per-node=cpu|auto; all online
+// CPUs when the mask cannot be read.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
 
 std::string environment_python() {
   std::error_code ec;
@@ -146,15 +157,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   muster::launcher::HostFacts host;
-  host.cpu_count = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  host.cpu_count = usable_cpus();
   host.gpu_count = [&env] { return count_gpus(env); };
   host.new_run_id = new_uuid4;
   host.environment_python = environment_python();
+  // As torchrun: a command line argparse refuses exits 2 with the usage; one it
+  // accepts but that cannot be run (torchrun's config_from_args raises) exits 1.
   auto cfg = muster::launcher::resolve_config(parsed.value(), env, host);
   if (!cfg.ok()) {
-    std::fprintf(stderr, "%smuster: error: %s\n", muster::launcher::usage_text(prog).c_str(),
-                 cfg.status().message().c_str());
-    return 2;
+    std::fprintf(stderr, "muster: error: %s\n", cfg.status().message().c_str());
+    return 1;
   }
   for (const auto& w : cfg->warnings) muster::log::warning(w);
   if (cfg->set_omp_num_threads) {
@@ -191,7 +203,7 @@ int main(int argc, char** argv) {
     });
     if (!m.ok()) {
       std::fprintf(stderr, "muster: error: %s\n", m.status().message().c_str());
-      return m.status().code() == muster::Code::invalid_argument ? 2 : 1;
+      return 1;
     }
     metrics = std::move(m.value());
     muster::log::info("metrics on http://" + metrics->endpoint() + "/metrics");

@@ -1,21 +1,59 @@
 """The command line as a user meets it: usage errors, help, PET_ defaults."""
-from muster_testing import base_env, run_muster
+import shutil
+import subprocess
+
+from muster_testing import MUSTER, base_env, run_muster
 
 
 def test_a_bad_command_line_prints_usage_and_exits_2():
+    # What torchrun's argparse refuses: usage, then the error, exit 2.
     for args, message in [
         ([], "muster: error: the following arguments are required: training_script, training_script_args"),
         (["--bogus", "x.py"], "muster: error: unrecognized arguments: --bogus"),
         (["--nproc", "2", "x.py"], "muster: error: ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node"),
-        (["--nnodes=a:b", "x.py"], "muster: error: nnodes=a:b"),
-        (["--rdzv-conf=k", "x.py"], "muster: error: The rendezvous configuration option 'k' must have a value specified."),
-        (["--nproc-per-node=gpu", "x.py"], "muster: error: --nproc-per-node=gpu: no NVIDIA GPU"),
-        (["--run-path", "x.py"], "muster: error: --run-path"),
+        (["--max-restarts=x", "x.py"], "muster: error: argument --max-restarts/--max_restarts: invalid int value: 'x'"),
     ]:
         r = run_muster(args)
         assert r.returncode == 2, args
         assert r.stderr.startswith("usage: muster "), args
         assert message in r.stderr, (args, r.stderr)
+
+
+def test_a_command_line_that_cannot_run_exits_1_without_usage():
+    # What torchrun accepts but then raises on (config_from_args): exit 1.
+    for args, message in [
+        (["--nnodes=a:b", "x.py"], "muster: error: nnodes=a:b"),
+        (["--rdzv-conf=k", "x.py"], "muster: error: The rendezvous configuration option 'k' must have a value specified."),
+        (["--nproc-per-node=gpu", "x.py"], "muster: error: --nproc-per-node=gpu: no NVIDIA GPU"),
+        (["--run-path", "x.py"], "muster: error: --run-path"),
+        (["--logs-specs=nope", "x.py"], "muster: error: Could not find entrypoint under 'torchrun.logs_specs[nope]' key"),
+        (["--metrics-listen=127.0.0.1:http", "x.py"], "muster: error: --metrics-listen"),
+    ]:
+        r = run_muster(args)
+        assert r.returncode == 1, (args, r.stderr)
+        assert r.stderr.startswith(message), (args, r.stderr)
+
+
+def test_nproc_cpu_counts_the_cpus_the_agent_may_use():
+    r = subprocess.run(["taskset", "-c", "0", MUSTER, "--nproc-per-node=cpu", "--no-python", "sh", "-c",
+                        "echo $WORLD_SIZE"], env=base_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1"]
+
+
+def test_logs_specs_default_is_torchrun_s_default():
+    r = run_muster(["--logs-specs=default", "--no-python", "true"])
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_failure_names_the_full_path_of_the_python_that_ran_it(tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    env = base_env()
+    r = run_muster([str(script)], env=env)
+    assert r.returncode == 1
+    python = shutil.which("python3", path=env["PATH"])
+    assert f"(exitcode: 3) local_rank: 0 (pid: " in r.stderr and f") of binary: {python}\n" in r.stderr, r.stderr
 
 
 def test_help_exits_0():

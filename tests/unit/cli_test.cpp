@@ -195,9 +195,9 @@ TEST_CASE("value errors carry torchrun's messages", "[cli]") {
   CHECK(error_of({"--local-ranks-filter=0,a", "x"}) ==
         "--local_ranks_filter must be a comma-separated list of integers e.g. --local_ranks_filter=0,1,2");
   CHECK(error_of({"-r", "4", "x"}).find("4 does not match") == 0);
-  CHECK(error_of({"--rdzv-backend=zk", "x"}).find("the rendezvous backend 'zk' is not known") == 0);
+  CHECK(error_of({"--rdzv-backend=zk", "x"}).find("The rendezvous backend 'zk' is not registered") == 0);
   CHECK(error_of({"--rdzv-backend=etcd", "x"}).find("the rendezvous backend 'etcd' needs an etcd server") == 0);
-  CHECK(error_of({"--shutdown-timeout=-1", "x"}) == "shutdown_timeout must be >= 0, got -1");
+  CHECK(error_of({"--shutdown-timeout=-1", "x"}) == "shutdown_timeout must be non-negative, got -1");
 }
 
 TEST_CASE("gpu counts devices and refuses a machine without one", "[cli]") {
@@ -211,7 +211,10 @@ TEST_CASE("gpu counts devices and refuses a machine without one", "[cli]") {
 
 TEST_CASE("Python-only options are refused with the alternative named", "[cli]") {
   CHECK(error_of({"--run-path", "x.py"}).find("--run-path runs the script as a function") == 0);
+  CHECK(error_of({"--logs-specs", "mine", "x.py"}).find("Could not find entrypoint under 'torchrun.logs_specs[mine]' key") == 0);
   CHECK(error_of({"--logs-specs", "mine", "x.py"}).find("use --log-dir") != std::string::npos);
+  // torchrun's own default LogsSpecs, by its registered name: the layout muster writes.
+  CHECK(launch({"--logs-specs", "default", "x.py"}).ok());
   CHECK(error_of({"--event-log-handler", "console", "x.py"}).find("'null' handler only") != std::string::npos);
 }
 
