@@ -430,8 +430,9 @@ void Agent::on_worker_exit(const WorkerExit& e) {
   if (!e.status.success() && core_.phase() == Phase::running) {
     ++worker_failures_;
     log::error("failed (exitcode: " + std::to_string(e.status.torch_exitcode()) +
-               ") local_rank: " + std::to_string(e.local_rank) + " (pid: " + std::to_string(e.pid) +
-               ") of binary: " + (cfg_.python_from_path ? resolved_executable_ : cfg_.executable));
+               ") local_rank: " + std::to_string(e.local_rank) + " (pid: " + std::to_string(e.pid) + ") of " +
+               (cfg_.run_path ? "fn: run_script_path (start_method: " + cfg_.start_method + ")"
+                              : "binary: " + (cfg_.python_from_path ? resolved_executable_ : cfg_.executable)));
   }
   apply(core_.on_worker_exit(e.local_rank, e.status));
 }

@@ -416,16 +416,14 @@ std::vector<std::string> split_filters(const std::string& text) {
 
 }  // namespace
 
+// --run-path: what torchrun's run_script_path does, as `python -u -c` code.
+constexpr const char* kRunScriptPath =
+    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')";
+
 Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& env, const HostFacts& host) {
   LaunchConfig cfg;
 
   // Options that only make sense inside a Python launcher.
-  if (flag(args, "run_path")) {
-    return invalid_argument(
-        "--run-path runs the script as a function inside torchrun's own Python interpreter; "
-        "muster has none. Drop --run-path and muster runs the script with python -u, or use "
-        "--no-python for a program");
-  }
   // torchrun's default LogsSpecs is registered as "default": the layout muster
   // writes. Any other name is a Python plugin class.
   if (has(args, "logs_specs") && get(args, "logs_specs") != "default") {
@@ -654,9 +652,12 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
     if (cfg.file_timer_path.empty()) return invalid_argument("TORCHELASTIC_TIMER_FILE is set but empty");
   }
 
-  // The worker command.
-  cfg.module = flag(args, "module");
-  cfg.no_python = flag(args, "no_python");
+  // The worker command. --run-path comes first: torchrun's function entrypoint
+  // ignores --no-python and -m.
+  cfg.run_path = flag(args, "run_path");
+  cfg.start_method = get(args, "start_method");
+  cfg.module = flag(args, "module") && !cfg.run_path;
+  cfg.no_python = flag(args, "no_python") && !cfg.run_path;
   if (cfg.no_python && cfg.module) {
     return invalid_argument("Don't use both the '--no-python' flag and the '--module' flag at the same time.");
   }
@@ -676,11 +677,19 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
     // reports name, once the agent has looked python3 up.
     cfg.python_from_path = !python && host.environment_python.empty();
     cfg.args = {"-u"};
-    if (cfg.module) cfg.args.push_back("-m");
+    if (cfg.run_path) {
+      // torchrun's run_script_path, in the worker's own interpreter: argv as the
+      // script sees it, then runpy.run_path as __main__.
+      cfg.args.push_back("-c");
+      cfg.args.push_back(kRunScriptPath);
+    } else if (cfg.module) {
+      cfg.args.push_back("-m");
+    }
     cfg.args.push_back(args.training_script);
     cfg.args.insert(cfg.args.end(), args.training_script_args.begin(), args.training_script_args.end());
-    // torchrun names the job after the script unless an explicit interpreter was given.
-    cfg.entrypoint_name = python ? *python : args.training_script;
+    // torchrun names the job after the script unless an explicit interpreter was
+    // given, and after the function for --run-path.
+    cfg.entrypoint_name = cfg.run_path ? "run_script_path" : python ? *python : args.training_script;
   }
   return cfg;
 }

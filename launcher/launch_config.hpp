@@ -26,6 +26,10 @@ struct LaunchConfig {
   std::string role = "default";
   bool module = false;
   bool no_python = false;
+  // --run-path: the script run by runpy.run_path in the worker's Python, as
+  // torchrun's function entrypoint run_script_path.
+  bool run_path = false;
+  std::string start_method = "spawn";  // only named in --run-path's failure log
   std::optional<std::string> log_dir;
   StdSpec redirects;
   StdSpec tee;

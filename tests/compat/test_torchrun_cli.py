@@ -1,13 +1,15 @@
 """Bad command lines under torch 2.13's torchrun and under muster, side by
 side: the same exit status (2 for what argparse refuses, 1 for what
 config_from_args raises on), and torchrun's own words where muster reports
-the same fault; --nproc-per-node=cpu under taskset counts the same CPUs."""
+the same fault; --nproc-per-node=cpu under taskset counts the same CPUs;
+--run-path runs a script as torchrun's run_script_path does."""
 import concurrent.futures
+import json
 import subprocess
 
 import pytest
 
-from muster_testing import MUSTER, base_env, torchrun_path
+from muster_testing import DATA, MUSTER, base_env, torchrun_path
 
 # (arguments, a phrase torchrun's error has that muster's must have too, or None)
 CASES = [
@@ -61,3 +63,20 @@ def test_nproc_cpu_under_taskset_as_under_torchrun(torchrun):
                            timeout=120) for exe in (MUSTER, torchrun)]
     assert [o.returncode for o in outs] == [0, 0], [o.stderr for o in outs]
     assert outs[0].stdout.split() == outs[1].stdout.split() == ["1"]
+
+
+def test_run_path_runs_the_script_as_torchrun_s_run_script_path(torchrun, tmp_path):
+    probe = str(DATA / "run_path_probe.py")
+    seen = {}
+    for name, exe in (("muster", MUSTER), ("torchrun", torchrun)):
+        out = tmp_path / name
+        out.mkdir()
+        r = subprocess.run([exe, "--nproc-per-node=2", "--run-path", probe, str(out), "x", "3"], env=base_env(),
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 1, (name, r.stderr[-3000:])
+        assert "of fn: run_script_path (start_method: spawn)" in r.stderr and "run_script_path FAILED" in r.stderr
+        records = [json.loads((out / f"rank_{rank}.json").read_text()) for rank in (0, 1)]
+        for rec in records:
+            assert rec["argv"] == [probe, str(out), "x", "3"], (name, rec)
+        seen[name] = [(rec["name"], rec["launched"], rec["sum"]) for rec in records]
+    assert seen["muster"] == seen["torchrun"] == [("__main__", True, 3.0)] * 2

@@ -25,7 +25,6 @@ def test_a_command_line_that_cannot_run_exits_1_without_usage():
         (["--nnodes=a:b", "x.py"], "muster: error: nnodes=a:b"),
         (["--rdzv-conf=k", "x.py"], "muster: error: The rendezvous configuration option 'k' must have a value specified."),
         (["--nproc-per-node=gpu", "x.py"], "muster: error: --nproc-per-node=gpu: no NVIDIA GPU"),
-        (["--run-path", "x.py"], "muster: error: --run-path"),
         (["--logs-specs=nope", "x.py"], "muster: error: Could not find entrypoint under 'torchrun.logs_specs[nope]' key"),
         (["--metrics-listen=127.0.0.1:http", "x.py"], "muster: error: --metrics-listen"),
     ]:

@@ -209,8 +209,25 @@ TEST_CASE("gpu counts devices and refuses a machine without one", "[cli]") {
   CHECK(autoc->nproc_per_node == 4);
 }
 
+TEST_CASE("--run-path runs the script through runpy in the worker's Python", "[cli]") {
+  for (auto argv : std::vector<std::vector<std::string>>{{"--run-path", "t.py", "a", "$local_rank"},
+                                                         {"--run-path", "--no-python", "-m", "t.py", "a", "$local_rank"}}) {
+    auto cfg = launch(argv);
+    REQUIRE(cfg.ok());
+    CHECK(cfg->executable == "python3");
+    REQUIRE(cfg->args.size() == 6);
+    CHECK(cfg->args[0] == "-u");
+    CHECK(cfg->args[1] == "-c");
+    CHECK(cfg->args[2].find("runpy.run_path(sys.argv[0], run_name='__main__')") != std::string::npos);
+    CHECK(std::vector<std::string>(cfg->args.begin() + 3, cfg->args.end()) ==
+          std::vector<std::string>{"t.py", "a", "$local_rank"});
+    CHECK(cfg->entrypoint_name == "run_script_path");
+    CHECK_FALSE(cfg->no_python);
+    CHECK_FALSE(cfg->module);
+  }
+}
+
 TEST_CASE("Python-only options are refused with the alternative named", "[cli]") {
-  CHECK(error_of({"--run-path", "x.py"}).find("--run-path runs the script as a function") == 0);
   CHECK(error_of({"--logs-specs", "mine", "x.py"}).find("Could not find entrypoint under 'torchrun.logs_specs[mine]' key") == 0);
   CHECK(error_of({"--logs-specs", "mine", "x.py"}).find("use --log-dir") != std::string::npos);
   // torchrun's own default LogsSpecs, by its registered name: the layout muster writes.
