@@ -27,7 +27,7 @@ Sink& sink() {
 
 char level_letter(Level level) {
   switch (level) {
-    case Level::debug: return 'D';
+    case Level::debug: return 'V';  // glog's VERBOSE, as torch's formatter writes DEBUG
     case Level::info: return 'I';
     case Level::warning: return 'W';
     case Level::error: return 'E';
@@ -62,9 +62,11 @@ void write(Level level, std::string_view message) {
   tm local{};
   localtime_r(&tv.tv_sec, &local);
   char prefix[96];
+  // torch's log formatter: glog's layout with millisecond precision written as
+  // six digits (Python's record.msecs * 1000), e.g. W1204 15:32:38.050000.
   int n = std::snprintf(prefix, sizeof prefix, "%c%02d%02d %02d:%02d:%02d.%06ld %d %s] ",
                         level_letter(level), local.tm_mon + 1, local.tm_mday, local.tm_hour,
-                        local.tm_min, local.tm_sec, static_cast<long>(tv.tv_usec),
+                        local.tm_min, local.tm_sec, static_cast<long>(tv.tv_usec / 1000 * 1000),
                         static_cast<int>(getpid()), sink().component.c_str());
   std::string out;
   out.reserve(message.size() + 64);

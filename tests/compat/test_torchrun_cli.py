@@ -2,9 +2,11 @@
 side: the same exit status (2 for what argparse refuses, 1 for what
 config_from_args raises on), and torchrun's own words where muster reports
 the same fault; --nproc-per-node=cpu under taskset counts the same CPUs;
---run-path runs a script as torchrun's run_script_path does."""
+--run-path runs a script as torchrun's run_script_path does; log lines carry
+torch's timestamp format."""
 import concurrent.futures
 import json
+import re
 import subprocess
 
 import pytest
@@ -75,6 +77,10 @@ def test_run_path_runs_the_script_as_torchrun_s_run_script_path(torchrun, tmp_pa
                            capture_output=True, text=True, timeout=180)
         assert r.returncode == 1, (name, r.stderr[-3000:])
         assert "of fn: run_script_path (start_method: spawn)" in r.stderr and "run_script_path FAILED" in r.stderr
+        # The log line's prefix as torch's formatter writes it: level, MMDD, time to the
+        # millisecond written as six digits, pid.
+        line = next(x for x in r.stderr.splitlines() if "failed (exitcode: 3)" in x)
+        assert re.match(r"E\d{4} \d\d:\d\d:\d\d\.\d{3}000 \d+ \S+\] failed \(exitcode: 3\)", line), (name, line)
         records = [json.loads((out / f"rank_{rank}.json").read_text()) for rank in (0, 1)]
         for rec in records:
             assert rec["argv"] == [probe, str(out), "x", "3"], (name, rec)
