@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -52,6 +54,12 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
       heartbeat_timer_(io),
       lease_timer_(io),
       retry_timer_(io) {
+  // torch's event loggers run at LOGLEVEL, INFO when it is unset; events are
+  // recorded at INFO.
+  std::string level = env_or(env_, "LOGLEVEL", "INFO");
+  for (auto& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  events_ = cfg_.event_log_handler == "console" && (level == "INFO" || level == "DEBUG" || level == "NOTSET");
+  supervisor_.on_worker_pid([this](int, pid_t) { emit_start_events_when_known(); });
   writer_.add(STDOUT_FILENO, "the console (stdout)", false);
   writer_.add(STDERR_FILENO, "the console (stderr)", false);
   // While stderr is full the agent's own log lines are dropped (and counted),
@@ -180,6 +188,7 @@ void Agent::on_timer_expired(const ExpiredWorker& w) {
 
 int Agent::run() {
   host_ = local_fqdn();
+  run_started_ = rendezvous_started_ = std::chrono::steady_clock::now();
   wait_for_signal();
   if (auto st = open_file_timer(); !st.ok()) {
     say("muster: error: " + st.message() + "\n");
@@ -232,6 +241,87 @@ AgentMetrics Agent::metrics() const {
   return m;
 }
 
+void Agent::emit_event(const std::string& state, const std::string& source, const EventWorker* worker,
+                       const std::optional<std::string>& raw_error, const std::optional<double>& duration_ms) {
+  EventJob job;
+  job.run_id = group_.run_id;
+  job.role = cfg_.role;
+  job.hostname = host_;
+  job.rdzv_backend = cfg_.rdzv_backend;
+  // torch: os.path.basename of the executable, or the function's name.
+  std::string exe = resolved_executable_.empty() ? cfg_.executable : resolved_executable_;
+  job.entry_point = cfg_.run_path ? "run_script_path" : exe.substr(exe.find_last_of('/') + 1);
+  say(format_event(state, source, job, event_group_, worker, raw_error, duration_ms) + "\n");
+}
+
+EventWorker Agent::event_worker(int local_rank) const {
+  EventWorker w;
+  w.local_rank = local_rank;
+  w.global_rank = group_.base_global_rank + local_rank;
+  w.role_rank = group_.base_role_rank + local_rank;
+  w.role_world_size = group_.role_world_size;
+  return w;
+}
+
+// torch records each worker's START once all of them run, with its pid as its id.
+void Agent::emit_start_events_when_known() {
+  if (!start_events_pending_ || collecting_start_pids_) return;
+  collecting_start_pids_ = true;
+  std::vector<pid_t> pids;
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
+    auto e = exits_.find(lr);
+    pids.push_back(e != exits_.end() ? e->second.pid : supervisor_.reported_pid(lr));
+  }
+  collecting_start_pids_ = false;
+  if (std::find(pids.begin(), pids.end(), 0) != pids.end()) return;
+  start_events_pending_ = false;
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
+    EventWorker w = event_worker(lr);
+    w.worker_id = std::to_string(pids[static_cast<std::size_t>(lr)]);
+    emit_event("START", "WORKER", &w, std::nullopt, std::nullopt);
+  }
+}
+
+// At the end, as torch's agent and launcher record it: each worker's outcome,
+// then the agent's own. A signal (or a failure before any worker ran) is the
+// agent's FAILED alone.
+void Agent::emit_final_events(int exit_code) {
+  emit_start_events_when_known();
+  start_events_pending_ = false;  // a worker whose pid never came: no START for it
+  event_group_.total_run_time =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - run_started_).count();
+  if (core_.stop_reason() == StopReason::signal && core_.received_signal()) {
+    emit_event("FAILED", "AGENT", nullptr,
+               "SignalException: Process " + std::to_string(getpid()) + " got signal: " +
+                   std::to_string(*core_.received_signal()),
+               std::nullopt);
+    return;
+  }
+  if (worker_group_starts_ == 0) {
+    emit_event("FAILED", "AGENT", nullptr, std::string("the workers could not be started"), std::nullopt);
+    return;
+  }
+  std::map<int, const ObservedFailure*> failed;
+  for (const auto& f : core_.failures()) failed[f.local_rank] = &f;
+  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
+    EventWorker w = event_worker(lr);
+    auto e = exits_.find(lr);
+    pid_t pid = e != exits_.end() ? e->second.pid : supervisor_.worker_pid(lr);
+    w.worker_id = std::to_string(pid);
+    auto f = failed.find(lr);
+    if (f != failed.end()) {
+      int code = f->second->status.torch_exitcode();
+      w.exit_code = code;
+      w.worker_pid = pid;
+      emit_event("FAILED", "WORKER", &w, failure_raw_error(error_files_[lr], code, error_traits_added_), std::nullopt);
+    } else {
+      // A worker the agent stopped for another's failure (torch: TERMINATED).
+      emit_event(exit_code == 0 ? "SUCCEEDED" : "TERMINATED", "WORKER", &w, std::nullopt, std::nullopt);
+    }
+  }
+  emit_event("SUCCEEDED", "AGENT", nullptr, std::nullopt, std::nullopt);
+}
+
 void Agent::wait_for_signal() {
   signals_.async_wait([this](int signo) {
     if (finished_) return;
@@ -250,6 +340,7 @@ void Agent::apply(const std::vector<Action>& actions) {
   for (const auto& a : actions) {
     if (finished_) return;
     if (const auto* start = std::get_if<action::StartWorkers>(&a)) {
+      if (start->restart_count > 0) rendezvous_started_ = std::chrono::steady_clock::now();
       if (start->restart_count > 0) {
         log::warning("[" + cfg_.role + "] Worker group FAILED. " +
                      std::to_string(core_.remaining_restarts() + 1) + "/" + std::to_string(cfg_.max_restarts) +
@@ -378,7 +469,17 @@ void Agent::start_workers(int restart_count) {
     return;
   }
   open_filtered_logs(attempt.value());
+  auto now = std::chrono::steady_clock::now();
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  // torch times its rendezvous and its rank assignment before every start.
+  event_group_.agent_restarts = restart_count;
+  if (events_) emit_event("RENDEZVOUS", "AGENT", nullptr, std::nullopt, ms_since(coordinated_ ? join_sent_at_ : rendezvous_started_));
   auto launches = build_launches(attempt.value());
+  if (events_) emit_event("ASSIGN_WORKER_RANKS", "AGENT", nullptr, std::nullopt, ms_since(now));
+  event_group_.group_rank = group_.group_rank;
+  event_group_.group_world_size = group_.group_world_size;
   if (static_cast<int>(launches.size()) != cfg_.nproc_per_node) {
     finish(1);
     return;
@@ -396,6 +497,8 @@ void Agent::start_workers(int restart_count) {
     return;
   }
   ++worker_group_starts_;
+  start_events_pending_ = events_;
+  emit_start_events_when_known();
 }
 
 void Agent::close_filtered_logs() {
@@ -452,6 +555,7 @@ void Agent::finish(int exit_code) {
     if (rdzv_->connected()) rdzv_->send(rendezvous::leave_message());
     rdzv_->close();
   }
+  if (events_) emit_final_events(exit_code);
   bool root_is_local = false;
   for (const auto& f : core_.failures()) root_is_local = root_is_local || !f.stopped_by_agent;
   if (exit_code != 0) {

@@ -13,6 +13,7 @@
 
 #include "agent_core.hpp"
 #include "agent_metrics.hpp"
+#include "event_log.hpp"
 #include "async_writer.hpp"
 #include "failure_report.hpp"
 #include "file_timer.hpp"
@@ -50,6 +51,12 @@ class Agent {
   void on_worker_exit(const WorkerExit& e);
   void finish(int exit_code);
   Status open_file_timer();
+  // --event-log-handler=console (event_log.hpp).
+  void emit_event(const std::string& state, const std::string& source, const EventWorker* worker,
+                  const std::optional<std::string>& raw_error, const std::optional<double>& duration_ms);
+  EventWorker event_worker(int local_rank) const;
+  void emit_start_events_when_known();
+  void emit_final_events(int exit_code);
   void on_timer_expired(const ExpiredWorker& w);
   void report_failure();
   // Multi-node jobs (agent_rendezvous.cpp).
@@ -104,6 +111,14 @@ class Agent {
   uint64_t worker_failures_ = 0;
   std::map<int, AgentMetrics::Exit> last_exits_;
   std::unique_ptr<FileTimerServer> file_timer_;
+  // Events (--event-log-handler=console, shown at LOGLEVEL INFO or DEBUG, the default).
+  bool events_ = false;
+  EventGroup event_group_;
+  bool start_events_pending_ = false;
+  bool collecting_start_pids_ = false;  // reading a pid can report another: no nesting
+  bool error_traits_added_ = false;
+  std::chrono::steady_clock::time_point run_started_{};
+  std::chrono::steady_clock::time_point rendezvous_started_{};
   int exit_code_ = 1;
   bool finished_ = false;
 

@@ -437,10 +437,12 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& e
         "--numa-binding is not supported by muster yet; bind each worker yourself, e.g. "
         "--no-python numactl --cpunodebind=N --membind=N python -u train.py");
   }
-  if (get(args, "event_log_handler") != "null") {
-    return invalid_argument("--event-log-handler='" + get(args, "event_log_handler") +
-                            "' is not supported: muster has the 'null' handler only; use LOGLEVEL=INFO "
-                            "for the agent's life-cycle log instead");
+  // torch's registered handlers (torch/distributed/elastic/events/handlers.py).
+  cfg.event_log_handler = get(args, "event_log_handler");
+  if (cfg.event_log_handler != "null" && cfg.event_log_handler != "console" &&
+      cfg.event_log_handler != "dynamic_rendezvous") {
+    return invalid_argument("--event-log-handler='" + cfg.event_log_handler +
+                            "' is not a registered event handler: use null, console or dynamic_rendezvous");
   }
 
   std::string backend = get(args, "rdzv_backend");

@@ -23,6 +23,7 @@ struct LaunchConfig {
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval = 0.1;
+  std::string event_log_handler = "null";  // null, console, dynamic_rendezvous
   std::string role = "default";
   bool module = false;
   bool no_python = false;

@@ -218,7 +218,10 @@ void Supervisor::read_pid(Worker& w) {
   if (w.pid != 0 || w.control < 0) return;
   int32_t pid = 0;
   ssize_t r = ::recv(w.control, &pid, sizeof pid, MSG_DONTWAIT);
-  if (r == static_cast<ssize_t>(sizeof pid)) w.pid = pid;
+  if (r == static_cast<ssize_t>(sizeof pid)) {
+    w.pid = pid;
+    if (on_pid_) on_pid_(w.local_rank, pid);
+  }
 }
 
 void Supervisor::watch(Worker& w) {
@@ -283,6 +286,15 @@ pid_t Supervisor::worker_pid(int local_rank) {
     if (w->local_rank != local_rank) continue;
     read_pid(*w);
     return w->pid != 0 ? w->pid : w->shim_pid;
+  }
+  return 0;
+}
+
+pid_t Supervisor::reported_pid(int local_rank) {
+  for (auto& w : workers_) {
+    if (w->local_rank != local_rank) continue;
+    read_pid(*w);
+    return w->pid;
   }
   return 0;
 }

@@ -62,7 +62,11 @@ class Supervisor {
   void signal_all(int signo);
   // The worker's PID (its shim's until the shim has reported it).
   pid_t worker_pid(int local_rank);
+  // The worker's own PID once its shim has reported it, else 0.
+  pid_t reported_pid(int local_rank);
   std::vector<int> running() const;
+  // Called once per worker when its shim reports the worker's own PID.
+  void on_worker_pid(std::function<void(int local_rank, pid_t pid)> fn) { on_pid_ = std::move(fn); }
 
  private:
   struct Worker;
@@ -75,6 +79,7 @@ class Supervisor {
 
   boost::asio::io_context& io_;
   ExitHandler on_exit_;
+  std::function<void(int, pid_t)> on_pid_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

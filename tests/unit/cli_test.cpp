@@ -232,7 +232,10 @@ TEST_CASE("Python-only options are refused with the alternative named", "[cli]")
   CHECK(error_of({"--logs-specs", "mine", "x.py"}).find("use --log-dir") != std::string::npos);
   // torchrun's own default LogsSpecs, by its registered name: the layout muster writes.
   CHECK(launch({"--logs-specs", "default", "x.py"}).ok());
-  CHECK(error_of({"--event-log-handler", "console", "x.py"}).find("'null' handler only") != std::string::npos);
+  CHECK(error_of({"--event-log-handler", "bogus", "x.py"}).find("not a registered event handler") != std::string::npos);
+  for (const char* handler : {"null", "console", "dynamic_rendezvous"}) {
+    CHECK(launch({"--event-log-handler", handler, "x.py"})->event_log_handler == handler);
+  }
 }
 
 TEST_CASE("OMP_NUM_THREADS is set only when absent and nproc > 1", "[cli]") {

@@ -1,0 +1,58 @@
+"""--event-log-handler=console under muster and under torch 2.13's torchrun,
+side by side: the same events in the same order, each line written exactly as
+Python's json.dumps writes it, with the same fields and values except those
+that differ from run to run (pids, run ids, durations)."""
+import json
+import subprocess
+
+import pytest
+
+from muster_testing import MUSTER, base_env, torchrun_path
+
+COMMANDS = {
+    "success": ["--nproc-per-node=2", "--event-log-handler=console", "--no-python", "sh", "-c", "exit 0"],
+    "restart then failure": ["--nproc-per-node=2", "--max-restarts=1", "--event-log-handler=console", "--no-python",
+                             "sh", "-c", "exit $LOCAL_RANK"],
+}
+
+
+def events(launcher, args):
+    env = base_env()
+    env.pop("LOGLEVEL", None)  # torch's event loggers print at INFO, their default
+    r = subprocess.run([launcher, *args], env=env, capture_output=True, text=True, timeout=180)
+    lines = [line for line in r.stderr.splitlines() if line.startswith('{"name": "torchelastic.')]
+    for line in lines:
+        assert json.dumps(json.loads(line)) == line, line  # Python's own formatting, byte for byte
+    return r.returncode, [json.loads(line) for line in lines]
+
+
+def normalized(event):
+    """The event without what changes between runs: pids, the run id, durations (kept as their type)."""
+    md = dict(event["metadata"])
+    pid = md["worker_id"]
+    inner = json.loads(md["metadata"])
+    if inner.get("worker_pid") not in (None, [None]):
+        assert inner["worker_pid"] == [int(pid)]
+        inner["worker_pid"] = ["<pid>"]
+    md["metadata"] = inner
+    md["worker_id"] = None if pid is None else "<pid>"
+    md["run_id"] = "<run id>"
+    md["duration_ms"] = type(md["duration_ms"]).__name__
+    return event["name"], event["source"], event["timestamp"], list(md.items())
+
+
+@pytest.mark.parametrize("case", sorted(COMMANDS))
+def test_console_events_are_torchrun_s(case):
+    torchrun = torchrun_path()
+    assert torchrun, "torch 2.x's torchrun is not next to the test's Python (scripts/install-deps.sh makes .venv)"
+    rc_m, ours = events(MUSTER, COMMANDS[case])
+    rc_t, theirs = events(torchrun, COMMANDS[case])
+    assert rc_m == rc_t
+    assert theirs, "torchrun printed no event"
+    assert [normalized(e) for e in ours] == [normalized(e) for e in theirs]
+
+
+def test_null_and_dynamic_rendezvous_print_no_event():
+    for handler in ("null", "dynamic_rendezvous"):
+        rc, found = events(MUSTER, [f"--event-log-handler={handler}", "--no-python", "true"])
+        assert rc == 0 and found == []
