@@ -1,4 +1,5 @@
 #include "cli.hpp"
+#include "slurm.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -60,7 +61,7 @@ const std::vector<OptionSpec>& option_table() {
       {{"--nproc-per-node", "--nproc_per_node"}, Kind::value, Type::str, true, "1", {},
        "Number of workers per node; supported values: [auto, cpu, gpu, int]."},
       {{"--rdzv-backend", "--rdzv_backend"}, Kind::value, Type::str, true, "static", {},
-       "Rendezvous backend: static or c10d."},
+       "Rendezvous backend: static or c10d; slurm forms one job over the Slurm step (docs/slurm.md)."},
       {{"--rdzv-endpoint", "--rdzv_endpoint"}, Kind::value, Type::str, true, "", {},
        "Rendezvous backend endpoint; usually in form <host>:<port>."},
       {{"--rdzv-id", "--rdzv_id"}, Kind::value, Type::str, true, "none", {}, "User-defined group id."},
@@ -414,14 +415,69 @@ std::vector<std::string> split_filters(const std::string& text) {
   return out;
 }
 
+// Inside a Slurm step, with none of the options that say how nodes meet given
+// (nor their PET_ forms), or with --rdzv-backend=slurm: the step's nodes form
+// one job on the static rendezvous at its first host (docs/slurm.md). The
+// inferred values go into args as if given; notices says what was inferred.
+Status apply_slurm(ParsedArgs& args, const Environment& env, std::vector<std::string>& notices) {
+  auto user_set = [&](const std::string& dest) {
+    if (args.given.count(dest) > 0) return true;
+    std::string pet = "PET_" + dest;
+    for (auto& c : pet) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return env.count(pet) > 0;
+  };
+  bool asked = get(args, "rdzv_backend") == "slurm";
+  std::vector<std::string> meeting = {"nnodes", "node_rank", "rdzv_endpoint", "master_addr", "standalone"};
+  std::string set_by_user;
+  for (const auto& dest : meeting) {
+    if (user_set(dest) && set_by_user.empty()) set_by_user = dest;
+  }
+  if (!asked && (user_set("rdzv_backend") || !set_by_user.empty())) return {};  // torchrun's behaviour, as given
+  auto step = read_slurm_step(env);
+  if (!step.ok()) return step.status();
+  if (!step.value()) {
+    if (!asked) return {};
+    return invalid_argument("--rdzv-backend=slurm: this is not a Slurm step (SLURM_JOB_ID and "
+                            "SLURM_STEP_NUM_NODES are unset); run muster with srun, or pick another backend");
+  }
+  if (asked && !set_by_user.empty()) {
+    std::string option = "--" + set_by_user;
+    std::replace(option.begin(), option.end(), '_', '-');
+    return invalid_argument("--rdzv-backend=slurm takes the job's shape from the Slurm step; drop " + option);
+  }
+  const SlurmStep& s = **step;
+  args.values["nnodes"] = std::to_string(s.nodes);
+  args.values["rdzv_backend"] = "static";
+  args.values["node_rank"] = std::to_string(s.node_id);
+  args.values["master_addr"] = s.head;
+  if (!user_set("master_port")) args.values["master_port"] = std::to_string(s.port);
+  if (!user_set("rdzv_id")) args.values["rdzv_id"] = "slurm-" + s.job_id + "." + s.step_id;
+  std::string nproc_from = "--nproc-per-node";
+  if (!user_set("nproc_per_node")) {
+    if (s.gpus_on_node && *s.gpus_on_node > 0) {
+      args.values["nproc_per_node"] = std::to_string(*s.gpus_on_node);
+      nproc_from = "SLURM_GPUS_ON_NODE";
+    } else {
+      nproc_from = "the default";
+    }
+  }
+  notices.push_back("Slurm step " + s.job_id + "." + s.step_id + ": one job over its " + std::to_string(s.nodes) +
+                    " node(s), this one node rank " + std::to_string(s.node_id) + ", rendezvous and store at " +
+                    s.head + ":" + get(args, "master_port") + ", " + get(args, "nproc_per_node") +
+                    " worker(s) per node (" + nproc_from + ")");
+  return {};
+}
+
 }  // namespace
 
 // --run-path: what torchrun's run_script_path does, as `python -u -c` code.
 constexpr const char* kRunScriptPath =
     "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')";
 
-Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& env, const HostFacts& host) {
+Result<LaunchConfig> resolve_config(const ParsedArgs& given, const Environment& env, const HostFacts& host) {
   LaunchConfig cfg;
+  ParsedArgs args = given;
+  if (auto st = apply_slurm(args, env, cfg.notices); !st.ok()) return st;
 
   // Options that only make sense inside a Python launcher.
   // torchrun's default LogsSpecs is registered as "default": the layout muster

@@ -68,6 +68,8 @@ struct LaunchConfig {
 
   // Things to log at WARNING once logging is up.
   std::vector<std::string> warnings;
+  // Lines to print as "muster: ..." on stderr (what was inferred from Slurm).
+  std::vector<std::string> notices;
 };
 
 }  // namespace muster::launcher

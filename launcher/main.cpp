@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const auto& w : cfg->warnings) muster::log::warning(w);
+  for (const auto& n : cfg->notices) std::fprintf(stderr, "muster: %s\n", n.c_str());
   if (cfg->set_omp_num_threads) {
     env["OMP_NUM_THREADS"] = "1";
     muster::log::warning(kOmpBanner);
