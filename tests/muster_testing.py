@@ -3,6 +3,7 @@ binaries are, running them with bounded waits, and reading what workers wrote.""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,18 +149,7 @@ def port_open(host, port):
 def wait_all(procs, timeout):
     """Waits for every process; on a timeout kills them all. Returns the
     stderr of each that did not exit 0."""
-    failed = []
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            _, err = p.communicate(timeout=30)
-            err += f"\n(timed out after {timeout} s)"
-        if p.returncode != 0:
-            failed.append(err)
-    return failed
+    return [err for rc, err in finish_all(procs, timeout) if rc != 0]
 
 
 import socket as _socket
@@ -277,3 +267,53 @@ def once_more_on_gloo_abort(run):
     if r.returncode != 0 and GLOO_ABORT in r.stderr:
         r = run(1)
     return r
+
+
+def read_stderr_until(proc, pattern, timeout):
+    """Reads a running process's stderr (its raw descriptor, so nothing waits in a
+    Python buffer that select cannot see) until the bytes pattern (a regex)
+    matches or timeout seconds pass; returns (match or None, bytes read)."""
+    import re
+    import select
+    fd = proc.stderr.fileno()
+    deadline = time.monotonic() + timeout
+    seen = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        seen += chunk
+        if m := re.search(pattern, seen):
+            return m, seen
+    return None, seen
+
+
+def finish_all(procs, timeout):
+    """(returncode, stderr) of each process; on a timeout every one is killed."""
+    results = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            _, err = p.communicate(timeout=30)
+            err += f"\n(timed out after {timeout} s)"
+        results.append((p.returncode, err))
+    return results
+
+
+def build_ddp_linear(build_dir, *cmake_args):
+    """Configures and builds examples/ddp_linear out of the tree against an
+    installed muster (cmake_args say where); returns the executable's path."""
+    cmake = shutil.which("cmake", path="/usr/bin") or shutil.which("cmake")
+    example = HERE.parent / "examples" / "ddp_linear"
+    r = subprocess.run([cmake, "-S", str(example), "-B", str(build_dir), *cmake_args], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([cmake, "--build", str(build_dir)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return Path(build_dir) / "ddp_linear"

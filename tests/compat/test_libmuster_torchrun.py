@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import HERE, SANITIZED, SLACK, base_env, run_muster, torchrun_path
+from muster_testing import HERE, SANITIZED, SLACK, base_env, build_ddp_linear, run_muster, torchrun_path
 
 DDP_LINEAR = os.environ.get("MUSTER_DDP_LINEAR", "")
 TOOL = os.environ.get("MUSTER_COLLECTIVES_TOOL", "")
@@ -57,17 +57,12 @@ def test_installed_package_builds_the_example(tmp_path):
     assert (prefix / "include/muster/process_group.hpp").exists()
     flags = "-fsanitize=address,undefined" if SANITIZED else ""
     example = HERE.parent / "examples" / "ddp_linear"
-    build = tmp_path / "build"
-    r = subprocess.run([cmake, "-S", str(example), "-B", str(build), f"-DCMAKE_PREFIX_PATH={prefix}",
-                        f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_EXE_LINKER_FLAGS={flags}"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run([cmake, "--build", str(build)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
+    consumer = build_ddp_linear(tmp_path / "build", f"-DCMAKE_PREFIX_PATH={prefix}", f"-DCMAKE_CXX_FLAGS={flags}",
+                                f"-DCMAKE_EXE_LINKER_FLAGS={flags}")
     out = tmp_path / "out"
     out.mkdir()
     env = base_env(LD_LIBRARY_PATH=prefix / "lib")
-    r = run_muster(["--standalone", "--nproc-per-node=2", "--no-python", str(build / "ddp_linear"), str(out), "1"],
+    r = run_muster(["--standalone", "--nproc-per-node=2", "--no-python", str(consumer), str(out), "1"],
                    env=env, timeout=300 * SLACK)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / "checkpoint.txt").exists()

@@ -5,13 +5,12 @@ released timer kills nobody, and what arrives on the pipe from elsewhere
 (garbage, a timer naming a process that is not a worker) harms nothing."""
 import json
 import os
-import select
 import stat
 import subprocess
 import time
 from pathlib import Path
 
-from muster_testing import DATA, SLACK, base_env, run_muster, start_muster, torchrun_path
+from muster_testing import DATA, SLACK, base_env, read_stderr_until, run_muster, start_muster, torchrun_path
 
 WORKER = str(DATA / "file_timer_worker.py")
 
@@ -87,17 +86,7 @@ def test_what_else_arrives_on_the_pipe_harms_nothing(tmp_path):
             os.write(fd, line + b"\n")
         os.close(fd)
         # Wait for the agent to have read it all: its last word on the intruder.
-        seen = b""
-        err = proc.stderr.fileno()
-        deadline = time.monotonic() + 30 * SLACK
-        while b"none of this agent's workers" not in seen and time.monotonic() < deadline:
-            ready, _, _ = select.select([err], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                break
-            chunk = os.read(err, 65536)
-            if not chunk:
-                break
-            seen += chunk
+        _, seen = read_stderr_until(proc, rb"none of this agent's workers", 30 * SLACK)
         text = seen.decode(errors="replace")
         assert "pid " + str(os.getpid()) + " expired, but that process is none of this agent's workers" in text, text
         assert "not a JSON object" in text and "longer than 4096 bytes" in text and "\"pid\" is not an integer" in text

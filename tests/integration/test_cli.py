@@ -52,7 +52,7 @@ def test_a_failure_names_the_full_path_of_the_python_that_ran_it(tmp_path):
     r = run_muster([str(script)], env=env)
     assert r.returncode == 1
     python = shutil.which("python3", path=env["PATH"])
-    assert f"(exitcode: 3) local_rank: 0 (pid: " in r.stderr and f") of binary: {python}\n" in r.stderr, r.stderr
+    assert "(exitcode: 3) local_rank: 0 (pid: " in r.stderr and f") of binary: {python}\n" in r.stderr, r.stderr
 
 
 def test_help_exits_0():

@@ -5,7 +5,6 @@ test binds, and --version on every binary."""
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import socket
@@ -16,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, SLACK, RdzvConn, base_env, free_port, port_open, run_muster, start_muster,
-                            start_musterd, stop_musterd, wait_for)
+from muster_testing import (DATA, SLACK, RdzvConn, base_env, free_port, read_stderr_until, run_muster,
+                            start_muster, start_musterd, stop_musterd, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = str(DATA / "elastic_worker.py")
@@ -377,22 +376,10 @@ def test_the_systemd_units_verify_and_musterd_s_is_hardened(tmp_path):
 
 
 def metrics_port(proc):
-    """The port an agent started with --metrics-listen=127.0.0.1:0 and LOGLEVEL=INFO says it serves on.
-    Reads the raw descriptor, so nothing waits in a Python buffer that select cannot see."""
-    fd = proc.stderr.fileno()
-    deadline = time.monotonic() + 30 * SLACK
-    seen = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            break
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        seen += chunk
-        if m := re.search(rb"metrics on http://127\.0\.0\.1:(\d+)/metrics", seen):
-            return int(m.group(1))
-    raise AssertionError(f"no metrics line; stderr so far: {seen.decode(errors='replace')}")
+    """The port an agent started with --metrics-listen=127.0.0.1:0 and LOGLEVEL=INFO says it serves on."""
+    m, seen = read_stderr_until(proc, rb"metrics on http://127\.0\.0\.1:(\d+)/metrics", 30 * SLACK)
+    assert m, f"no metrics line; stderr so far: {seen.decode(errors='replace')}"
+    return int(m.group(1))
 
 
 def test_the_agent_serves_its_metrics_through_a_restart(tmp_path):
@@ -457,23 +444,27 @@ def test_a_bad_metrics_listen_is_refused_before_any_worker_starts(tmp_path):
     assert not list(tmp_path.glob("*.json"))  # no worker ran
 
 
+def scrapes_served(conns):
+    """How many of these connections a GET /metrics is answered on (refused ones are closed)."""
+    served = 0
+    for s in conns:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.settimeout(5 * SLACK)
+        try:
+            served += s.recv(20).startswith(b"HTTP/1.1 200")
+        except (ConnectionError, socket.timeout):
+            pass
+    return served
+
+
 def test_one_address_cannot_hold_every_metrics_slot(keyed):
     _, metrics, _ = keyed
     held = [socket.create_connection(("127.0.0.1", metrics), timeout=10) for _ in range(20)]
     try:
-        served = 0
-        for s in held:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            s.settimeout(5 * SLACK)
-            try:
-                served += s.recv(20).startswith(b"HTTP/1.1 200")
-            except (ConnectionError, socket.timeout):
-                pass
-        assert served == 8  # kMaxConnectionsPerPeer; the rest closed at once
+        assert scrapes_served(held) == 8  # kMaxConnectionsPerPeer; the rest closed at once
         # Another address is still served while these are held.
         with socket.create_connection(("127.0.0.1", metrics), timeout=10, source_address=("127.0.0.2", 0)) as other:
-            other.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert other.recv(20).startswith(b"HTTP/1.1 200")
+            assert scrapes_served([other]) == 1
     finally:
         for s in held:
             s.close()
@@ -482,15 +473,7 @@ def test_one_address_cannot_hold_every_metrics_slot(keyed):
     def eight_served():
         again = [socket.create_connection(("127.0.0.1", metrics), timeout=10) for _ in range(8)]
         try:
-            ok = 0
-            for s in again:
-                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-                s.settimeout(5 * SLACK)
-                try:
-                    ok += s.recv(20).startswith(b"HTTP/1.1 200")
-                except (ConnectionError, socket.timeout):
-                    pass
-            return ok == 8
+            return scrapes_served(again) == 8
         finally:
             for s in again:
                 s.close()

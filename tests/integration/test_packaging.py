@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import SLACK, base_env
+from muster_testing import SLACK, base_env, build_ddp_linear
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = re.search(r"project\(muster VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text()).group(1)
@@ -201,25 +201,20 @@ def test_the_installed_units_verify_against_the_package_root(packages, tmp_path)
 def test_a_consumer_builds_against_the_packages_and_runs_under_the_packaged_muster(packages, tmp_path):
     _, root = packages
     usr = root / "usr"
-    cmake = shutil.which("cmake", path="/usr/bin") or shutil.which("cmake")
     example = ROOT / "examples" / "ddp_linear"
     build = tmp_path / "build"
-    r = subprocess.run([cmake, "-S", str(example), "-B", str(build), f"-DCMAKE_PREFIX_PATH={usr}"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    consumer = build_ddp_linear(build, f"-DCMAKE_PREFIX_PATH={usr}")
     cache = (build / "CMakeCache.txt").read_text()
     assert f"muster_DIR:PATH={usr}/lib/{MULTIARCH}/cmake/muster" in cache
-    r = subprocess.run([cmake, "--build", str(build)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
     libs = str(usr / "lib" / MULTIARCH)
     out = tmp_path / "out"
     out.mkdir()
     r = subprocess.run([str(usr / "bin/muster"), "--standalone", "--nproc-per-node=2", "--no-python",
-                        str(build / "ddp_linear"), str(out), "1"], env=base_env(LD_LIBRARY_PATH=libs),
+                        str(consumer), str(out), "1"], env=base_env(LD_LIBRARY_PATH=libs),
                        capture_output=True, text=True, timeout=300 * SLACK)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / "checkpoint.txt").exists() and "all 2 ranks hold the same weights" in r.stdout
-    ldd = subprocess.run(["ldd", str(build / "ddp_linear")], env=dict(os.environ, LD_LIBRARY_PATH=libs),
+    ldd = subprocess.run(["ldd", str(consumer)], env=dict(os.environ, LD_LIBRARY_PATH=libs),
                          capture_output=True, text=True).stdout
     assert f"{libs}/libmuster.so.0" in ldd, ldd
 

@@ -4,9 +4,8 @@ line forms one job over the step; torchrun's own options keep torchrun's
 behaviour; a step muster cannot serve is refused with what to do. (A test on
 a real Slurm cluster is not built yet: docs/slurm.md.)"""
 import json
-import subprocess
 
-from muster_testing import DATA, SLACK, base_env, port_open, run_muster, start_muster
+from muster_testing import DATA, SLACK, base_env, finish_all, port_open, run_muster, start_muster
 
 DUMP = str(DATA / "dump_env.py")
 
@@ -30,21 +29,6 @@ def step_env(job, node_id, nodes=2, tasks=None, **extra):
                     SLURM_STEP_NODELIST="localhost,localhost", **extra)
 
 
-def finish(procs, timeout):
-    """(returncode, stderr) of each; on a timeout every one is killed."""
-    results = []
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            _, err = p.communicate(timeout=30)
-            err += f"\n(timed out after {timeout} s)"
-        results.append((p.returncode, err))
-    return results
-
-
 def ranks(out):
     return {int(p.stem.split("_")[1]): json.loads(p.read_text())["env"] for p in out.glob("rank_*.json")}
 
@@ -52,7 +36,7 @@ def ranks(out):
 def test_a_step_of_two_nodes_is_one_job(tmp_path):
     job = free_step()
     agents = [start_muster(["--nproc-per-node=2", DUMP, str(tmp_path)], env=step_env(job, n)) for n in (0, 1)]
-    results = finish(agents, 120 * SLACK)
+    results = finish_all(agents, 120 * SLACK)
     for rc, err in results:
         assert rc == 0, err[-3000:]
     assert all(f"muster: Slurm step {job}.0: one job over its 2 node(s)" in err for _, err in results)

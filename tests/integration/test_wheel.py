@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile  # pyelftools, which auditwheel brings
 
-from muster_testing import DATA, SLACK, base_env
+from muster_testing import DATA, SLACK, base_env, build_ddp_linear
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = re.search(r"project\(muster VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text()).group(1)
@@ -146,19 +146,13 @@ def test_a_cxx_consumer_builds_against_the_wheel(venv, tmp_path):
         assert r.returncode == 0, r.stderr
         return r.stdout.strip()
 
-    cmake = shutil.which("cmake", path="/usr/bin") or shutil.which("cmake")
     example = ROOT / "examples" / "ddp_linear"
-    build = tmp_path / "build"
-    r = subprocess.run([cmake, "-S", str(example), "-B", str(build), f"-Dmuster_DIR={where('--cmake-dir')}"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run([cmake, "--build", str(build)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
+    consumer = build_ddp_linear(tmp_path / "build", f"-Dmuster_DIR={where('--cmake-dir')}")
     out = tmp_path / "out"
     out.mkdir()
     muster = str(venv / "bin" / "muster")
     # No LD_LIBRARY_PATH: CMake gives the consumer the wheel's library folder as its RPATH.
-    r = subprocess.run([muster, "--standalone", "--nproc-per-node=2", "--no-python", str(build / "ddp_linear"),
+    r = subprocess.run([muster, "--standalone", "--nproc-per-node=2", "--no-python", str(consumer),
                         str(out), "1"], env=base_env(PATH=SYSTEM_PATH), capture_output=True, text=True,
                        timeout=300 * SLACK)
     assert r.returncode == 0 and "all 2 ranks hold the same weights" in r.stdout, r.stderr[-3000:]
