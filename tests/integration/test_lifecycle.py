@@ -30,7 +30,8 @@ def test_failure_without_error_file_reports_exit_code_and_hint():
     assert "rank      : 0 (local_rank: 0)" in others
     assert "exitcode  : -15" in others
     assert "Signal 15 (SIGTERM) received by PID" in others
-    assert re.search(r"failed \(exitcode: 3\) local_rank: 1 \(pid: \d+\) of binary: python3", err)
+    # torchrun names its interpreter by full path (sys.executable): python3 as found on PATH.
+    assert re.search(r"failed \(exitcode: 3\) local_rank: 1 \(pid: \d+\) of binary: /\S+/python3\n", err)
     assert re.search(r"Sending process \d+ closing signal SIGTERM", err)
 
 
