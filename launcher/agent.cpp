@@ -2,6 +2,7 @@
 #include "exposure.hpp"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 
@@ -156,17 +157,41 @@ Status Agent::open_file_timer() {
 }
 
 void Agent::on_timer_expired(const ExpiredWorker& w) {
+  // The first scopes, printable: a scope is whatever a worker wrote.
   std::string scopes;
-  for (const auto& s : w.scopes) scopes += (scopes.empty() ? "" : ", ") + s;
+  constexpr std::size_t kScopesShown = 8;
+  for (std::size_t i = 0; i < w.scopes.size() && i < kScopesShown; ++i) {
+    std::string shown;
+    for (char c : w.scopes[i].substr(0, 200)) {
+      unsigned char u = static_cast<unsigned char>(c);
+      if (u < 0x20 || u == 0x7f) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02x", u);
+        shown += buf;
+      } else {
+        shown += c;
+      }
+    }
+    scopes += (i ? ", " : "") + shown;
+  }
+  if (w.scopes.size() > kScopesShown) scopes += " and " + std::to_string(w.scopes.size() - kScopesShown) + " more";
   // Only this agent's workers and what they started without leaving the
   // worker's session (the worker is its session's leader): a request naming
-  // any other process is ignored.
+  // any other process is ignored. The process is held by a pidfd from the
+  // check to the signal, so a pid reused in between is never signalled.
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
   int local_rank = -1;
-  pid_t sid = getsid(w.pid);
+  pid_t sid = pidfd >= 0 ? getsid(w.pid) : -1;
   for (int lr : supervisor_.running()) {
-    pid_t worker = supervisor_.worker_pid(lr);
-    if (w.pid == worker || (sid > 0 && sid == worker)) local_rank = lr;
+    pid_t worker = supervisor_.reported_pid(lr);
+    if (worker > 0 && (w.pid == worker || sid == worker)) local_rank = lr;
   }
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{pidfd};
   if (local_rank < 0) {
     if (w.signal > 0) {
       log::warning("worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid) +
@@ -181,7 +206,7 @@ void Agent::on_timer_expired(const ExpiredWorker& w) {
   }
   log::warning("worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid) + " (local_rank " +
                std::to_string(local_rank) + ") expired; sending " + signal_label(w.signal));
-  if (::kill(w.pid, w.signal) != 0 && errno != ESRCH) {
+  if (syscall(SYS_pidfd_send_signal, pidfd, w.signal, nullptr, 0) != 0 && errno != ESRCH) {
     log::error("worker watchdog: cannot signal pid " + std::to_string(w.pid) + ": " + std::strerror(errno));
   }
 }
@@ -192,12 +217,14 @@ int Agent::run() {
   wait_for_signal();
   if (auto st = open_file_timer(); !st.ok()) {
     say("muster: error: " + st.message() + "\n");
+    if (events_) emit_event("FAILED", "AGENT", nullptr, st.message(), std::nullopt);
     return 1;
   }
   if (cfg_.max_nodes > 1) return run_coordinated();
   if (auto st = form_group(); !st.ok()) {
     std::string msg = "muster: error: " + st.message() + "\n";
     say(msg);
+    if (events_) emit_event("FAILED", "AGENT", nullptr, st.message(), std::nullopt);
     return 1;
   }
   if (log::enabled(log::Level::info)) {
@@ -303,6 +330,10 @@ void Agent::emit_final_events(int exit_code) {
   }
   std::map<int, const ObservedFailure*> failed;
   for (const auto& f : core_.failures()) failed[f.local_rank] = &f;
+  // torch builds every failure before it records any, on one shared dictionary
+  // for those without an error file: once one of them carries the errorTraits,
+  // all of them do. So: a first pass that only learns that.
+  for (const auto& [lr, f] : failed) failure_raw_error(error_files_[lr], f->status.torch_exitcode(), error_traits_added_);
   for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
     EventWorker w = event_worker(lr);
     auto e = exits_.find(lr);
@@ -529,6 +560,7 @@ void Agent::on_worker_exit(const WorkerExit& e) {
   if (auto signo = signals_.take_pending()) on_signal(*signo);
   if (finished_) return;
   exits_[e.local_rank] = e;
+  if (file_timer_) file_timer_->forget(e.pid);
   last_exits_[e.local_rank] = {e.local_rank, e.status.torch_exitcode()};
   if (!e.status.success() && core_.phase() == Phase::running) {
     ++worker_failures_;

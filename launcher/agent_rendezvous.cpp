@@ -220,6 +220,7 @@ int Agent::run_coordinated() {
   if (auto st = setup_rendezvous(); !st.ok()) {
     std::string msg = "muster: error: " + st.message() + "\n";
     say(msg);
+    if (events_) emit_event("FAILED", "AGENT", nullptr, st.message(), std::nullopt);
     return 1;
   }
   io_.poll();  // a signal during start-up ends the run before anything starts

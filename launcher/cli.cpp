@@ -450,7 +450,8 @@ Status apply_slurm(ParsedArgs& args, const Environment& env, std::vector<std::st
   args.values["rdzv_backend"] = "static";
   args.values["node_rank"] = std::to_string(s.node_id);
   args.values["master_addr"] = s.head;
-  if (!user_set("master_port")) args.values["master_port"] = std::to_string(s.port);
+  // One node: the port is chosen as for any one-node job (torchrun's behaviour).
+  if (!user_set("master_port") && s.nodes > 1) args.values["master_port"] = std::to_string(s.port);
   if (!user_set("rdzv_id")) args.values["rdzv_id"] = "slurm-" + s.job_id + "." + s.step_id;
   std::string nproc_from = "--nproc-per-node";
   if (!user_set("nproc_per_node")) {
@@ -463,7 +464,8 @@ Status apply_slurm(ParsedArgs& args, const Environment& env, std::vector<std::st
   }
   notices.push_back("Slurm step " + s.job_id + "." + s.step_id + ": one job over its " + std::to_string(s.nodes) +
                     " node(s), this one node rank " + std::to_string(s.node_id) + ", rendezvous and store at " +
-                    s.head + ":" + get(args, "master_port") + ", " + get(args, "nproc_per_node") +
+                    s.head + ":" + (has(args, "master_port") ? get(args, "master_port") : std::string("a free port")) +
+                    ", " + get(args, "nproc_per_node") +
                     " worker(s) per node (" + nproc_from + ")");
   return {};
 }
@@ -707,7 +709,10 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& given, const Environment& 
     auto file = env_get(env, "TORCHELASTIC_TIMER_FILE");
     std::string tmp = env_get(env, "TMPDIR").value_or("");
     cfg.file_timer_path = file ? *file : (tmp.empty() ? std::string("/tmp") : tmp) + "/watchdog_timer_" + host.new_run_id();
-    if (cfg.file_timer_path.empty()) return invalid_argument("TORCHELASTIC_TIMER_FILE is set but empty");
+    if (cfg.file_timer_path.empty()) {
+      return invalid_argument("TORCHELASTIC_TIMER_FILE is set but empty: unset it for a fresh pipe in $TMPDIR, "
+                              "or name a path for the watchdog's pipe");
+    }
   }
 
   // The worker command. --run-path comes first: torchrun's function entrypoint

@@ -49,6 +49,69 @@ std::string python_float(double v) {
   return negative ? "-" + out : out;
 }
 
+// A string as json.dumps writes one (ensure_ascii): ASCII as is but for the
+// escapes JSON needs, every other character as \uXXXX (a surrogate pair above
+// U+FFFF); a byte that is not UTF-8 as \udcXX, as Python's surrogateescape
+// reads it from argv and the environment.
+void python_string(const std::string& s, std::string& out) {
+  auto hex4 = [&](unsigned v) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\u%04x", v);
+    out += buf;
+  };
+  out += '"';
+  std::size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            hex4(c);
+          } else {
+            out += static_cast<char>(c);
+          }
+      }
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence (no overlong forms, no surrogates, at most U+10FFFF)?
+    int len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+    unsigned cp = len == 4 ? c & 0x07 : len == 3 ? c & 0x0f : c & 0x1f;
+    bool ok = len > 0 && i + static_cast<std::size_t>(len) <= s.size();
+    for (int k = 1; ok && k < len; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
+      ok = (cc & 0xc0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if (ok) {
+      unsigned min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+      ok = cp >= min && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    }
+    if (!ok) {
+      hex4(0xdc00 + c);
+      ++i;
+      continue;
+    }
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      hex4(0xd800 + (cp >> 10));
+      hex4(0xdc00 + (cp & 0x3ff));
+    } else {
+      hex4(cp);
+    }
+    i += static_cast<std::size_t>(len);
+  }
+  out += '"';
+}
+
 void dump(const ojson& v, std::string& out) {
   switch (v.type()) {
     case ojson::value_t::object: {
@@ -57,7 +120,7 @@ void dump(const ojson& v, std::string& out) {
       for (auto it = v.begin(); it != v.end(); ++it) {
         if (!first) out += ", ";
         first = false;
-        out += ojson(it.key()).dump(-1, ' ', true);
+        python_string(it.key(), out);
         out += ": ";
         dump(it.value(), out);
       }
@@ -79,7 +142,10 @@ void dump(const ojson& v, std::string& out) {
     case ojson::value_t::boolean:
       out += v.get<bool>() ? "true" : "false";
       break;
-    default:  // strings (ASCII-escaped, as ensure_ascii), integers, null
+    case ojson::value_t::string:
+      python_string(v.get_ref<const std::string&>(), out);
+      break;
+    default:  // integers, null
       out += v.dump(-1, ' ', true);
   }
 }

@@ -72,40 +72,49 @@ Result<TimerRequest> parse_timer_request(std::string_view line) {
 
 bool FileTimerTable::apply(const TimerRequest& r) {
   auto key = std::make_pair(r.pid, r.scope_id);
-  if (r.expiration_time < 0) {
-    timers_.erase(key);
-    return true;
-  }
   auto it = timers_.find(key);
-  if (it != timers_.end()) {
-    it->second = r;
+  if (r.expiration_time < 0) {
+    if (it != timers_.end()) erase(it);
     return true;
   }
-  if (timers_.size() >= kMaxTimers) return false;
-  timers_.emplace(std::move(key), r);
+  if (it != timers_.end()) {
+    it->second = {r.expiration_time, r.signal};
+    return true;
+  }
+  if (timers_.size() >= kMaxTimers || scope_bytes_ + r.scope_id.size() > kMaxTimerScopeBytes) return false;
+  scope_bytes_ += r.scope_id.size();
+  timers_.emplace(std::move(key), Timer{r.expiration_time, r.signal});
   return true;
 }
 
+FileTimerTable::Map::iterator FileTimerTable::erase(Map::iterator it) {
+  scope_bytes_ -= it->first.second.size();
+  return timers_.erase(it);
+}
+
 std::vector<ExpiredWorker> FileTimerTable::take_expired(double now) {
-  std::map<pid_t, std::vector<TimerRequest>> by_pid;
+  struct Expired {
+    double at;
+    int signal;
+    std::string scope;
+  };
+  std::map<pid_t, std::vector<Expired>> by_pid;
   for (auto it = timers_.begin(); it != timers_.end();) {
     if (it->second.expiration_time <= now) {
-      by_pid[it->first.first].push_back(it->second);
-      it = timers_.erase(it);
+      by_pid[it->first.first].push_back({it->second.expiration_time, it->second.signal, it->first.second});
+      it = erase(it);
     } else {
       ++it;
     }
   }
   std::vector<ExpiredWorker> out;
   for (auto& [pid, expired] : by_pid) {
-    std::stable_sort(expired.begin(), expired.end(), [](const TimerRequest& a, const TimerRequest& b) {
-      return a.expiration_time < b.expiration_time;
-    });
+    std::stable_sort(expired.begin(), expired.end(), [](const Expired& a, const Expired& b) { return a.at < b.at; });
     ExpiredWorker w;
     w.pid = pid;
-    for (const auto& t : expired) {
-      w.scopes.push_back(t.scope_id);
+    for (auto& t : expired) {
       if (w.signal == 0 && t.signal > 0) w.signal = t.signal;
+      w.scopes.push_back(std::move(t.scope));
     }
     // A reaped worker's other timers go with it (torch clears them too).
     if (w.signal > 0) forget(pid);
@@ -123,8 +132,8 @@ std::optional<double> FileTimerTable::next_expiration() const {
 }
 
 void FileTimerTable::forget(pid_t pid) {
-  for (auto it = timers_.begin(); it != timers_.end();) {
-    it = it->first.first == pid ? timers_.erase(it) : std::next(it);
+  for (auto it = timers_.lower_bound({pid, std::string()}); it != timers_.end() && it->first.first == pid;) {
+    it = erase(it);
   }
 }
 
@@ -165,6 +174,11 @@ Result<std::unique_ptr<FileTimerServer>> FileTimerServer::open(boost::asio::io_c
   std::unique_ptr<FileTimerServer> server(new FileTimerServer(io, path, std::move(on_expired)));
   server->pipe_.assign(rd);
   server->keep_open_fd_ = wr;
+  struct stat made{};
+  if (fstat(rd, &made) == 0) {
+    server->dev_ = made.st_dev;
+    server->ino_ = made.st_ino;
+  }
   server->read();
   return server;
 }
@@ -175,7 +189,9 @@ FileTimerServer::~FileTimerServer() {
   timer_.cancel();
   pipe_.close(ignored);
   if (keep_open_fd_ >= 0) ::close(keep_open_fd_);
-  unlink(path_.c_str());
+  // Another agent may have replaced the pipe at this path since: leave that one.
+  struct stat now{};
+  if (lstat(path_.c_str(), &now) == 0 && now.st_dev == dev_ && now.st_ino == ino_) unlink(path_.c_str());
 }
 
 void FileTimerServer::clear() {
@@ -210,7 +226,14 @@ void FileTimerServer::bad_request(const std::string& why) {
 
 void FileTimerServer::on_line(std::string_view line, bool complete) {
   if (!complete) {
-    bad_request("a timer request longer than " + std::to_string(kMaxTimerRequestBytes) + " bytes");
+    // A piece of an over-long line: refused once, and its rest (up to the
+    // next newline) is no request either.
+    if (!discarding_) bad_request("a timer request longer than " + std::to_string(kMaxTimerRequestBytes) + " bytes");
+    discarding_ = true;
+    return;
+  }
+  if (discarding_) {
+    discarding_ = false;
     return;
   }
   if (line.empty()) return;
@@ -220,8 +243,9 @@ void FileTimerServer::on_line(std::string_view line, bool complete) {
     return;
   }
   if (!table_.apply(r.value())) {
-    bad_request("a timer for pid " + std::to_string(r->pid) + ": " + std::to_string(kMaxTimers) +
-                " timers are held already");
+    bad_request("a timer for pid " + std::to_string(r->pid) + ": " + std::to_string(table_.size()) +
+                " timers are held already (at most " + std::to_string(kMaxTimers) + ", and " +
+                std::to_string(kMaxTimerScopeBytes) + " bytes of scope names)");
   }
 }
 

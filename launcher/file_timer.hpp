@@ -37,9 +37,11 @@ namespace muster::launcher {
 // A request is at most PIPE_BUF bytes (FileTimerClient refuses longer ones,
 // so the pipe's writes stay atomic); a longer line is malformed.
 constexpr std::size_t kMaxTimerRequestBytes = 4096;
-// Timers held at once: a worker that acquires without releasing cannot make
-// the agent's memory grow without bound; requests beyond it are refused.
+// Timers held at once, and the bytes of their scope names together: a worker
+// that acquires without releasing cannot make the agent's memory grow past
+// about 12 MiB; requests beyond either are refused.
 constexpr std::size_t kMaxTimers = 65536;
+constexpr std::size_t kMaxTimerScopeBytes = 8 << 20;
 
 struct TimerRequest {
   pid_t pid = 0;
@@ -67,11 +69,21 @@ class FileTimerTable {
   // The earliest expiration held.
   std::optional<double> next_expiration() const;
   void forget(pid_t pid);
-  void clear() { timers_.clear(); }
+  void clear() {
+    timers_.clear();
+    scope_bytes_ = 0;
+  }
   std::size_t size() const { return timers_.size(); }
 
  private:
-  std::map<std::pair<pid_t, std::string>, TimerRequest> timers_;
+  struct Timer {
+    double expiration_time = 0;
+    int signal = 0;
+  };
+  using Map = std::map<std::pair<pid_t, std::string>, Timer>;
+  Map::iterator erase(Map::iterator it);
+  Map timers_;  // the scope is kept once, in the key
+  std::size_t scope_bytes_ = 0;
 };
 
 class FileTimerServer {
@@ -90,6 +102,8 @@ class FileTimerServer {
 
   // A new worker group: the old workers' timers mean nothing now.
   void clear();
+  // A worker that exited: its timers go with it.
+  void forget(pid_t pid) { table_.forget(pid); }
   const std::string& path() const { return path_; }
 
  private:
@@ -104,8 +118,11 @@ class FileTimerServer {
   OnExpired on_expired_;
   boost::asio::posix::stream_descriptor pipe_;
   int keep_open_fd_ = -1;  // our own writer, so the pipe never reads as ended
+  dev_t dev_ = 0;          // the pipe made, so the one removed at the end is ours
+  ino_t ino_ = 0;
   boost::asio::steady_timer timer_;
   LineSplitter lines_{kMaxTimerRequestBytes + 1};
+  bool discarding_ = false;  // inside an over-long line: its rest is no request
   FileTimerTable table_;
   char buf_[8192];
   std::uint64_t bad_requests_ = 0;

@@ -32,9 +32,15 @@ using muster::launcher::Environment;
 // cpusets), as torch counts them for --nproc-per-node=cpu|auto; all online
 // CPUs when the mask cannot be read.
 int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  constexpr int kMaxCpus = 1 << 16;  // a mask this large fits any machine
+  cpu_set_t* set = CPU_ALLOC(kMaxCpus);
+  if (set != nullptr) {
+    std::size_t size = CPU_ALLOC_SIZE(kMaxCpus);
+    CPU_ZERO_S(size, set);
+    int n = sched_getaffinity(0, size, set) == 0 ? CPU_COUNT_S(size, set) : 0;
+    CPU_FREE(set);
+    if (n > 0) return n;
+  }
   return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 }
 

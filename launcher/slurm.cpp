@@ -105,7 +105,7 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list, std::siz
 int slurm_port(const std::string& job_id, const std::string& step_id) {
   auto job = to_number(job_id).value_or(0);
   auto step = to_number(step_id).value_or(0);
-  return 20000 + static_cast<int>((job % 20000 * 16 + step % 16) % 20000);
+  return 20000 + static_cast<int>((job % 12768 * 16 + step % 16) % 12768);
 }
 
 Result<std::optional<SlurmStep>> read_slurm_step(const std::map<std::string, std::string>& env) {
@@ -126,7 +126,9 @@ Result<std::optional<SlurmStep>> read_slurm_step(const std::map<std::string, std
   s.job_id = *job;
   s.step_id = get("SLURM_STEP_ID").value_or("0");
   auto nodes = to_number(*nodes_text);
-  if (!nodes || *nodes < 1 || *nodes > 1000000) return bad("SLURM_STEP_NUM_NODES='" + *nodes_text + "' is not a node count");
+  if (!nodes || *nodes < 1 || *nodes > 1000000) {
+    return bad("SLURM_STEP_NUM_NODES='" + *nodes_text + "' is not a node count");
+  }
   s.nodes = static_cast<int>(*nodes);
   auto node_id_text = get("SLURM_NODEID");
   auto node_id = node_id_text ? to_number(*node_id_text) : std::nullopt;
@@ -136,7 +138,7 @@ Result<std::optional<SlurmStep>> read_slurm_step(const std::map<std::string, std
   s.node_id = static_cast<int>(*node_id);
   if (auto tasks = get("SLURM_STEP_NUM_TASKS")) {
     auto t = to_number(*tasks);
-    if (!t) return bad("SLURM_STEP_NUM_TASKS='" + *tasks + "' is not a number");
+    if (!t || *t > 100000000) return bad("SLURM_STEP_NUM_TASKS='" + *tasks + "' is not a task count");
     s.tasks = static_cast<int>(*t);
     // One muster per node: more tasks would start several agents per node, each
     // claiming the same node rank.
@@ -148,11 +150,32 @@ Result<std::optional<SlurmStep>> read_slurm_step(const std::map<std::string, std
   auto list = get("SLURM_STEP_NODELIST");
   if (!list) list = get("SLURM_JOB_NODELIST");
   if (!list) return bad("neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST names the step's hosts");
-  auto hosts = expand_hostlist(*list);
+  // The first host only: its first name, every bracket group at its first number.
+  std::string first;
+  int depth = 0;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    char c = (*list)[i];
+    if (c == ',' && depth == 0) break;
+    if (c == '[') {
+      ++depth;
+      first += c;
+      std::size_t end = list->find_first_of(",]", i + 1);
+      if (end == std::string::npos) break;  // malformed: expand_hostlist says how
+      std::string range = list->substr(i + 1, end - i - 1);
+      first += range.substr(0, range.find('-'));
+      i = list->find(']', i);
+      if (i == std::string::npos) break;
+      first += ']';
+      --depth;
+      continue;
+    }
+    first += c;
+  }
+  auto hosts = expand_hostlist(first, 1);
   if (!hosts.ok()) return bad(hosts.status().message());
   s.head = hosts->front();
   if (auto gpus = get("SLURM_GPUS_ON_NODE")) {
-    if (auto g = to_number(*gpus)) s.gpus_on_node = static_cast<int>(*g);
+    if (auto g = to_number(*gpus); g && *g <= 4096) s.gpus_on_node = static_cast<int>(*g);
   }
   s.port = slurm_port(s.job_id, s.step_id);
   return std::optional<SlurmStep>(std::move(s));

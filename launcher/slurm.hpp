@@ -42,9 +42,10 @@ struct SlurmStep {
 Result<std::optional<SlurmStep>> read_slurm_step(const std::map<std::string, std::string>& env);
 
 // The port of a step's rendezvous and store on its head node: 20000 plus
-// (job id * 16 + step id) mod 20000, so the steps of one job that share a head
-// node get different ports (up to 16 at once), and jobs whose ids are close do
-// too. --master-port overrides it.
+// (job id * 16 + step id mod 16) mod 12768, so 20000..32767, below Linux's
+// ephemeral ports. The steps of one job that share a head node get different
+// ports (up to 16 at once), as do jobs whose ids are less than 798 apart.
+// --master-port overrides it.
 int slurm_port(const std::string& job_id, const std::string& step_id);
 
 }  // namespace muster::launcher

@@ -13,6 +13,9 @@ COMMANDS = {
     "success": ["--nproc-per-node=2", "--event-log-handler=console", "--no-python", "sh", "-c", "exit 0"],
     "restart then failure": ["--nproc-per-node=2", "--max-restarts=1", "--event-log-handler=console", "--no-python",
                              "sh", "-c", "exit $LOCAL_RANK"],
+    # Rank 0 still runs when rank 1 fails: the agent stops it (torch 2.13 reports it FAILED, -15).
+    "a peer stopped": ["--nproc-per-node=2", "--event-log-handler=console", "--no-python", "sh", "-c",
+                       "if [ $LOCAL_RANK = 1 ]; then exit 3; fi; sleep 60"],
 }
 
 
@@ -38,6 +41,7 @@ def normalized(event):
     md["worker_id"] = None if pid is None else "<pid>"
     md["run_id"] = "<run id>"
     md["duration_ms"] = type(md["duration_ms"]).__name__
+    md["total_run_time"] = type(md["total_run_time"]).__name__  # whole seconds: a slow run may cross one
     return event["name"], event["source"], event["timestamp"], list(md.items())
 
 

@@ -77,7 +77,9 @@ def test_what_else_arrives_on_the_pipe_harms_nothing(tmp_path):
         assert len(records(tmp_path)) == 2
         assert stat.S_ISFIFO(pipe.stat().st_mode) and stat.S_IMODE(pipe.stat().st_mode) == 0o600
         past = time.time() - 10
-        lines = [b"not json at all", b"[1, 2, 3]", b'{"pid": "7"}', b"x" * 10000,
+        tail = json.dumps({"version": 1, "pid": os.getpid(), "scope_id": "tail-of-a-long-line", "expiration_time": past,
+                           "signal": 9}).encode()
+        lines = [b"not json at all", b"[1, 2, 3]", b'{"pid": "7"}', b"x" * 10000 + tail,
                  # A timer naming this test's own process, long expired, with SIGKILL: not a worker.
                  json.dumps({"version": 1, "pid": os.getpid(), "scope_id": "intruder", "expiration_time": past,
                              "signal": 9}).encode()]
@@ -90,6 +92,7 @@ def test_what_else_arrives_on_the_pipe_harms_nothing(tmp_path):
         text = seen.decode(errors="replace")
         assert "pid " + str(os.getpid()) + " expired, but that process is none of this agent's workers" in text, text
         assert "not a JSON object" in text and "longer than 4096 bytes" in text and "\"pid\" is not an integer" in text
+        assert "tail-of-a-long-line" not in text  # the rest of an over-long line is no request
         (tmp_path / "release").touch()
         proc.communicate(timeout=60 * SLACK)
         assert proc.returncode == 0

@@ -11,8 +11,8 @@ DUMP = str(DATA / "dump_env.py")
 
 
 def slurm_port(job, step):
-    # docs/slurm.md: 20000 + (job * 16 + step) mod 20000, steps taken mod 16.
-    return 20000 + (job % 20000 * 16 + step % 16) % 20000
+    # docs/slurm.md: 20000 + (job * 16 + step mod 16) mod 12768.
+    return 20000 + (job % 12768 * 16 + step % 16) % 12768
 
 
 def free_step():

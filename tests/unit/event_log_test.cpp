@@ -15,6 +15,11 @@ TEST_CASE("JSON is written as Python's json.dumps writes it", "[event_log]") {
   v["a"] = ojson::array({nullptr, true, "x\xc3\xa9\n"});  // non-ASCII and a newline, escaped
   v["f"] = 287.6152520002506;
   CHECK(python_json(v) == R"({"b": 1, "a": [null, true, "x\u00e9\n"], "f": 287.6152520002506})");
+  // Strings as json.dumps(ensure_ascii) writes them; bytes that are not UTF-8 as
+  // Python's surrogateescape holds them (argv, environment).
+  CHECK(python_json(ojson("\x7f\xc3\xa9\xf0\x9f\x98\x80\\\"")) == R"("\u007f\u00e9\ud83d\ude00\\\"")");
+  CHECK(python_json(ojson(std::string("a\xe9" "b\xc3"))) == R"("a\udce9b\udcc3")");
+  CHECK(python_json(ojson(std::string("\xed\xa0\x80"))) == R"("\udced\udca0\udc80")");  // no UTF-8 surrogates
   // Floats as Python's repr.
   auto f = [](double d) { return python_json(ojson(d)); };
   CHECK(f(0.2883589995690272) == "0.2883589995690272");

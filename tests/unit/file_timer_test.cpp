@@ -80,4 +80,15 @@ TEST_CASE("a reaped worker's other timers go with it, and the table is bounded",
   CHECK_FALSE(t.apply({31, "one too many", 1e9, SIGKILL}));
   CHECK(t.apply({30, "0", -1, 0}));  // releases still work
   CHECK(t.apply({31, "now it fits", 1e9, SIGKILL}));
+
+  // The scope names' bytes are bounded too.
+  FileTimerTable big;
+  std::string scope(4000, 's');
+  std::size_t taken = 0;
+  for (std::size_t i = 0; i < 3000; ++i) taken += big.apply({40, scope + std::to_string(i), 1e9, SIGKILL});
+  CHECK(taken < 3000);
+  CHECK(taken * 4004 <= kMaxTimerScopeBytes + 4004);
+  big.forget(40);
+  CHECK(big.size() == 0);
+  CHECK(big.apply({41, scope, 1e9, SIGKILL}));  // forgetting gave the bytes back
 }

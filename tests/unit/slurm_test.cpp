@@ -81,6 +81,14 @@ TEST_CASE("a Slurm step is read from srun's variables", "[slurm]") {
   CHECK(two.status().message().find("srun --ntasks-per-node=1") != std::string::npos);
   auto out_of_step = step(2, 2);
   CHECK_FALSE(read_slurm_step(out_of_step).ok());
+  // A huge step's list is not expanded to find its head.
+  auto huge = read_slurm_step(step(2, 0, "node[000001-999999],gpu[1-9]"));
+  REQUIRE(huge.ok());
+  CHECK(huge.value()->head == "node000001");
+  auto many_tasks = step(2, 0);
+  many_tasks["SLURM_STEP_NUM_TASKS"] = "4294967298";  // would wrap to 2 as an int
+  CHECK_FALSE(read_slurm_step(many_tasks).ok());
+  CHECK_FALSE(read_slurm_step(step(2, 0, "n[1-")).ok());
 }
 
 TEST_CASE("steps sharing a head node get different ports", "[slurm]") {
@@ -89,7 +97,7 @@ TEST_CASE("steps sharing a head node get different ports", "[slurm]") {
   for (const char* job : {"1", "99999", "123456789"}) {
     int p = slurm_port(job, "0");
     CHECK(p >= 20000);
-    CHECK(p < 40000);
+    CHECK(p < 32768);  // below the ephemeral ports
   }
 }
 
@@ -98,6 +106,12 @@ TEST_CASE("inside a step, a plain command line forms one job over it", "[slurm]"
   env["SLURM_GPUS_ON_NODE"] = "4";
   auto cfg = launch({"train.py"}, env);
   REQUIRE(cfg.ok());
+  // One node: no port chosen from the job (as any one-node job).
+  auto one = launch({"train.py"}, step(1, 0, "n1"));
+  REQUIRE(one.ok());
+  CHECK(one->max_nodes == 1);
+  CHECK(one->master_port != slurm_port("4242", "3"));
+  CHECK(one->notices[0].find("a free port") != std::string::npos);
   CHECK(cfg->min_nodes == 2);
   CHECK(cfg->max_nodes == 2);
   CHECK(cfg->node_rank == 1);
