@@ -18,6 +18,7 @@
 #include "macros.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
+#include "muster/rendezvous/protocol.hpp"
 #include "muster/rendezvous/rank_assignment.hpp"
 #include "signals.hpp"
 
@@ -161,18 +162,7 @@ void Agent::on_timer_expired(const ExpiredWorker& w) {
   std::string scopes;
   constexpr std::size_t kScopesShown = 8;
   for (std::size_t i = 0; i < w.scopes.size() && i < kScopesShown; ++i) {
-    std::string shown;
-    for (char c : w.scopes[i].substr(0, 200)) {
-      unsigned char u = static_cast<unsigned char>(c);
-      if (u < 0x20 || u == 0x7f) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\x%02x", u);
-        shown += buf;
-      } else {
-        shown += c;
-      }
-    }
-    scopes += (i ? ", " : "") + shown;
+    scopes += (i ? ", " : "") + rendezvous::log_excerpt(w.scopes[i], 200);
   }
   if (w.scopes.size() > kScopesShown) scopes += " and " + std::to_string(w.scopes.size() - kScopesShown) + " more";
   // Only this agent's workers and what they started without leaving the
@@ -371,8 +361,8 @@ void Agent::apply(const std::vector<Action>& actions) {
   for (const auto& a : actions) {
     if (finished_) return;
     if (const auto* start = std::get_if<action::StartWorkers>(&a)) {
-      if (start->restart_count > 0) rendezvous_started_ = std::chrono::steady_clock::now();
       if (start->restart_count > 0) {
+        rendezvous_started_ = std::chrono::steady_clock::now();
         log::warning("[" + cfg_.role + "] Worker group FAILED. " +
                      std::to_string(core_.remaining_restarts() + 1) + "/" + std::to_string(cfg_.max_restarts) +
                      " attempts left; will restart worker group");

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "muster/common/endpoint.hpp"
@@ -84,15 +85,13 @@ struct HttpServer::State : std::enable_shared_from_this<State> {
     return asio::ip::address_v6(bytes);
   }
   std::string rendered;
-  std::chrono::steady_clock::time_point rendered_at{};
-  bool have_render = false;
+  std::optional<std::chrono::steady_clock::time_point> rendered_at;  // none yet
 
   const std::string& text() {
     auto now = std::chrono::steady_clock::now();
-    if (!have_render || now - rendered_at >= kRenderReuse) {
+    if (!rendered_at || now - *rendered_at >= kRenderReuse) {
       rendered = render();
       rendered_at = now;
-      have_render = true;
     }
     return rendered;
   }
@@ -200,8 +199,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::listen_at(asio::io_context& io, 
                                                           Render render) {
   auto ep = parse_endpoint(endpoint, default_port);
   if (!ep.ok()) return Status(Code::invalid_argument, option + ": " + ep.status().message());
+  // (parse_endpoint gives an IPv6 host without its brackets.)
   std::string host = ep->host == "localhost" ? "127.0.0.1" : ep->host;
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   auto server = listen(io, host, ep->port, std::move(render));
   if (!server.ok()) return Status(server.status().code(), option + ": " + server.status().message());
   return server;
