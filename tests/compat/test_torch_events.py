@@ -7,22 +7,30 @@ import subprocess
 
 import pytest
 
-from muster_testing import MUSTER, base_env, torchrun_path
+from muster_testing import MUSTER, SLACK, base_env, torchrun_path
 
 COMMANDS = {
     "success": ["--nproc-per-node=2", "--event-log-handler=console", "--no-python", "sh", "-c", "exit 0"],
+    # Rank 1 fails only once rank 0 has exited 0 (its pid gone), in each attempt: rank 0 ends
+    # SUCCEEDED-then-TERMINATED under both launchers, whatever the machine's load.
     "restart then failure": ["--nproc-per-node=2", "--max-restarts=1", "--event-log-handler=console", "--no-python",
-                             "sh", "-c", "exit $LOCAL_RANK"],
+                             "sh", "-c",
+                             'f="{out}/r0_$TORCHELASTIC_RESTART_COUNT"; '
+                             'if [ $LOCAL_RANK = 0 ]; then echo $$ > "$f.tmp" && mv "$f.tmp" "$f"; exit 0; fi; '
+                             'i=0; while [ $i -lt 1200 ]; do '
+                             'if [ -f "$f" ] && ! kill -0 "$(cat "$f")" 2>/dev/null; then exit 1; fi; '
+                             'i=$((i+1)); sleep 0.05; done; exit 9'],
     # Rank 0 still runs when rank 1 fails: the agent stops it (torch 2.13 reports it FAILED, -15).
     "a peer stopped": ["--nproc-per-node=2", "--event-log-handler=console", "--no-python", "sh", "-c",
                        "if [ $LOCAL_RANK = 1 ]; then exit 3; fi; sleep 60"],
 }
 
 
-def events(launcher, args):
+def events(launcher, args, out):
+    args = [a.replace("{out}", str(out)) for a in args]
     env = base_env()
     env.pop("LOGLEVEL", None)  # torch's event loggers print at INFO, their default
-    r = subprocess.run([launcher, *args], env=env, capture_output=True, text=True, timeout=180)
+    r = subprocess.run([launcher, *args], env=env, capture_output=True, text=True, timeout=180 * SLACK)
     lines = [line for line in r.stderr.splitlines() if line.startswith('{"name": "torchelastic.')]
     for line in lines:
         assert json.dumps(json.loads(line)) == line, line  # Python's own formatting, byte for byte
@@ -46,17 +54,19 @@ def normalized(event):
 
 
 @pytest.mark.parametrize("case", sorted(COMMANDS))
-def test_console_events_are_torchrun_s(case):
+def test_console_events_are_torchrun_s(case, tmp_path):
     torchrun = torchrun_path()
     assert torchrun, "torch 2.x's torchrun is not next to the test's Python (scripts/install-deps.sh makes .venv)"
-    rc_m, ours = events(MUSTER, COMMANDS[case])
-    rc_t, theirs = events(torchrun, COMMANDS[case])
+    (tmp_path / "m").mkdir()
+    (tmp_path / "t").mkdir()
+    rc_m, ours = events(MUSTER, COMMANDS[case], tmp_path / "m")
+    rc_t, theirs = events(torchrun, COMMANDS[case], tmp_path / "t")
     assert rc_m == rc_t
     assert theirs, "torchrun printed no event"
     assert [normalized(e) for e in ours] == [normalized(e) for e in theirs]
 
 
-def test_null_and_dynamic_rendezvous_print_no_event():
+def test_null_and_dynamic_rendezvous_print_no_event(tmp_path):
     for handler in ("null", "dynamic_rendezvous"):
-        rc, found = events(MUSTER, [f"--event-log-handler={handler}", "--no-python", "true"])
+        rc, found = events(MUSTER, [f"--event-log-handler={handler}", "--no-python", "true"], tmp_path)
         assert rc == 0 and found == []

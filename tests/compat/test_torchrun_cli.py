@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from muster_testing import DATA, MUSTER, base_env, torchrun_path
+from muster_testing import DATA, MUSTER, SLACK, base_env, torchrun_path
 
 # (arguments, a phrase torchrun's error has that muster's must have too, or None)
 CASES = [
@@ -37,7 +37,7 @@ CASES = [
 
 
 def run(launcher, args):
-    return subprocess.run([launcher, *args], env=base_env(), capture_output=True, text=True, timeout=120)
+    return subprocess.run([launcher, *args], env=base_env(), capture_output=True, text=True, timeout=120 * SLACK)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_bad_command_lines_exit_as_under_torchrun(torchrun):
 def test_nproc_cpu_under_taskset_as_under_torchrun(torchrun):
     args = ["--nproc-per-node=cpu", "--no-python", "sh", "-c", "echo $WORLD_SIZE"]
     outs = [subprocess.run(["taskset", "-c", "0", exe, *args], env=base_env(), capture_output=True, text=True,
-                           timeout=120) for exe in (MUSTER, torchrun)]
+                           timeout=120 * SLACK) for exe in (MUSTER, torchrun)]
     assert [o.returncode for o in outs] == [0, 0], [o.stderr for o in outs]
     assert outs[0].stdout.split() == outs[1].stdout.split() == ["1"]
 
@@ -74,7 +74,7 @@ def test_run_path_runs_the_script_as_torchrun_s_run_script_path(torchrun, tmp_pa
         out = tmp_path / name
         out.mkdir()
         r = subprocess.run([exe, "--nproc-per-node=2", "--run-path", probe, str(out), "x", "3"], env=base_env(),
-                           capture_output=True, text=True, timeout=180)
+                           capture_output=True, text=True, timeout=180 * SLACK)
         assert r.returncode == 1, (name, r.stderr[-3000:])
         assert "of fn: run_script_path (start_method: spawn)" in r.stderr and "run_script_path FAILED" in r.stderr
         # The log line's prefix as torch's formatter writes it: level, MMDD, time to the

@@ -2,7 +2,7 @@
 import shutil
 import subprocess
 
-from muster_testing import MUSTER, base_env, run_muster
+from muster_testing import MUSTER, SLACK, base_env, run_muster
 
 
 def test_a_bad_command_line_prints_usage_and_exits_2():
@@ -35,7 +35,7 @@ def test_a_command_line_that_cannot_run_exits_1_without_usage():
 
 def test_nproc_cpu_counts_the_cpus_the_agent_may_use():
     r = subprocess.run(["taskset", "-c", "0", MUSTER, "--nproc-per-node=cpu", "--no-python", "sh", "-c",
-                        "echo $WORLD_SIZE"], env=base_env(), capture_output=True, text=True, timeout=60)
+                        "echo $WORLD_SIZE"], env=base_env(), capture_output=True, text=True, timeout=60 * SLACK)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["1"]
 

@@ -55,7 +55,7 @@ def test_torchrun_s_own_options_keep_torchrun_s_behaviour(tmp_path):
     for n in (0, 1):
         out = tmp_path / str(n)
         out.mkdir()
-        r = run_muster(["--nnodes=1", "--nproc-per-node=2", DUMP, str(out)], env=step_env(job, n), timeout=120)
+        r = run_muster(["--nnodes=1", "--nproc-per-node=2", DUMP, str(out)], env=step_env(job, n), timeout=120 * SLACK)
         assert r.returncode == 0, r.stderr
         assert "Slurm step" not in r.stderr
         assert {e["WORLD_SIZE"] for e in ranks(out).values()} == {"2"}
