@@ -281,22 +281,25 @@ void Supervisor::signal_all(int signo) {
   }
 }
 
-pid_t Supervisor::worker_pid(int local_rank) {
+Supervisor::Worker* Supervisor::find(int local_rank) {
   for (const auto& w : workers_) {
-    if (w->local_rank != local_rank) continue;
-    read_pid(*w);
-    return w->pid != 0 ? w->pid : w->shim_pid;
+    if (w->local_rank == local_rank) return w.get();
   }
-  return 0;
+  return nullptr;
+}
+
+pid_t Supervisor::worker_pid(int local_rank) {
+  Worker* w = find(local_rank);
+  if (w == nullptr) return 0;
+  read_pid(*w);
+  return w->pid != 0 ? w->pid : w->shim_pid;
 }
 
 pid_t Supervisor::reported_pid(int local_rank) {
-  for (auto& w : workers_) {
-    if (w->local_rank != local_rank) continue;
-    read_pid(*w);
-    return w->pid;
-  }
-  return 0;
+  Worker* w = find(local_rank);
+  if (w == nullptr) return 0;
+  read_pid(*w);
+  return w->pid;
 }
 
 std::vector<int> Supervisor::running() const {

@@ -70,6 +70,7 @@ class Supervisor {
 
  private:
   struct Worker;
+  Worker* find(int local_rank);
   void watch(Worker& w);
   void on_shim_exit(Worker& w);
   void watch_pid(Worker& w);
