@@ -78,17 +78,21 @@ bool FileTimerTable::apply(const TimerRequest& r) {
     return true;
   }
   if (it != timers_.end()) {
+    expirations_.erase(expirations_.find(it->second.expiration_time));
+    expirations_.insert(r.expiration_time);
     it->second = {r.expiration_time, r.signal};
     return true;
   }
   if (timers_.size() >= kMaxTimers || scope_bytes_ + r.scope_id.size() > kMaxTimerScopeBytes) return false;
   scope_bytes_ += r.scope_id.size();
+  expirations_.insert(r.expiration_time);
   timers_.emplace(std::move(key), Timer{r.expiration_time, r.signal});
   return true;
 }
 
 FileTimerTable::Map::iterator FileTimerTable::erase(Map::iterator it) {
   scope_bytes_ -= it->first.second.size();
+  expirations_.erase(expirations_.find(it->second.expiration_time));
   return timers_.erase(it);
 }
 
@@ -99,6 +103,7 @@ std::vector<ExpiredWorker> FileTimerTable::take_expired(double now) {
     std::string scope;
   };
   std::map<pid_t, std::vector<Expired>> by_pid;
+  if (expirations_.empty() || *expirations_.begin() > now) return {};
   for (auto it = timers_.begin(); it != timers_.end();) {
     if (it->second.expiration_time <= now) {
       by_pid[it->first.first].push_back({it->second.expiration_time, it->second.signal, it->first.second});
@@ -124,11 +129,8 @@ std::vector<ExpiredWorker> FileTimerTable::take_expired(double now) {
 }
 
 std::optional<double> FileTimerTable::next_expiration() const {
-  std::optional<double> next;
-  for (const auto& [key, t] : timers_) {
-    if (!next || t.expiration_time < *next) next = t.expiration_time;
-  }
-  return next;
+  if (expirations_.empty()) return std::nullopt;
+  return *expirations_.begin();
 }
 
 void FileTimerTable::forget(pid_t pid) {

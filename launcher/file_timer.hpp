@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -71,6 +72,7 @@ class FileTimerTable {
   void forget(pid_t pid);
   void clear() {
     timers_.clear();
+    expirations_.clear();
     scope_bytes_ = 0;
   }
   std::size_t size() const { return timers_.size(); }
@@ -83,6 +85,7 @@ class FileTimerTable {
   using Map = std::map<std::pair<pid_t, std::string>, Timer>;
   Map::iterator erase(Map::iterator it);
   Map timers_;  // the scope is kept once, in the key
+  std::multiset<double> expirations_;  // the timers' expirations: the earliest in O(1), kept with timers_
   std::size_t scope_bytes_ = 0;
 };
 
