@@ -7,8 +7,11 @@ per second, the server's peak RSS, the handshakes redone after going
 unanswered for 10 s, and torch's time over
 muster's.
 
-  .venv/bin/python bench/store/init_storm.py [BUILD_DIR] [N...]
-(default: build, N = 1000 10000 and the largest the descriptor limit allows)
+  .venv/bin/python bench/store/init_storm.py [BUILD_DIR] [N...] [--servers muster,torch,...]
+(default: build, N = 1000 10000 and the largest the descriptor limit allows;
+all three servers. torch's legacy server does not finish past ~10,000 ranks,
+so a run at 100,000 names --servers muster,torch.) Each storm is bounded by
+MUSTER_STORM_TIMEOUT seconds (default 120 + N/100).
 
 Each rank is a descriptor in the server and one in init_storm: N is capped by
 the hard RLIMIT_NOFILE, which this script raises the soft limit to (and the
@@ -32,11 +35,20 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
+args = sys.argv[1:]
+servers = ("muster", "torch", "torch-legacy")
+if "--servers" in args:
+    i = args.index("--servers")
+    servers = tuple(args[i + 1].split(",")) if i + 1 < len(args) else ()
+    del args[i:i + 2]
+    if not servers or servers[0] != "muster":
+        sys.exit("init_storm.py: --servers takes a comma-separated list that starts with muster "
+                 "(the ratios are over muster's figures), e.g. --servers muster,torch")
+build = args[0] if args else os.path.join(ROOT, "build")
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 largest = (hard - 200) // 1000 * 1000
-sizes = [int(n) for n in sys.argv[2:]] or sorted({1000, 10000, largest})
+sizes = [int(n) for n in args[1:]] or sorted({1000, 10000, largest})
 sizes = [n for n in sizes if n > 0]
 
 TORCH_SERVER = """
@@ -126,7 +138,8 @@ def one(name, n, block):
         cpu0 = cpu_ms(p.pid)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run([os.path.join(build, "bench", "init_storm"), "127.0.0.1", str(port), str(n), str(block)],
-                             capture_output=True, text=True, timeout=120 + n / 100)
+                             capture_output=True, text=True,
+                             timeout=float(os.environ.get("MUSTER_STORM_TIMEOUT", 120 + n / 100)))
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         result = json.loads(out.stdout.strip().splitlines()[-1])
         result["client_cpu_ms"] = ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) * 1000
@@ -164,8 +177,16 @@ def main():
     block = 1
     for n in sizes:
         rows = {}
-        for name in ("muster", "torch", "torch-legacy"):
-            r = one(name, n, block)
+        for name in servers:
+            if name not in SERVERS:
+                sys.exit(f"init_storm.py: unknown server {name!r} (known: {', '.join(SERVERS)})")
+            try:
+                r = one(name, n, block)
+            except subprocess.TimeoutExpired as e:
+                print(f"{n:>7} {name:>12} did not finish within {e.timeout:.0f} s", flush=True)
+                block += 1
+                rows[name] = {}
+                continue
             block += 1
             rows[name] = r
             if r.get("done") != n:
