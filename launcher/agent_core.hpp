@@ -112,6 +112,9 @@ class AgentCore {
   // Whether the workers run under an assignment the rendezvous still counts
   // on (so losing the rendezvous must fence them).
   bool holds_workers() const { return phase_ == Phase::running || phase_ == Phase::stopping; }
+  // Coordinated mode: ordered to finish (the job is over, or this node is out
+  // of it); the connection to the rendezvous is no longer needed.
+  bool finishing() const { return phase_ == Phase::finished || (then_ == Then::finish && phase_ != Phase::running); }
 
  private:
   enum class Then { wait, rejoin, rejoin_fenced, finish };

@@ -503,7 +503,8 @@ void Agent::on_rendezvous_error(const Status& st) {
 // The connection broke: keep the workers, reconnect for reconnect_timeout.
 void Agent::on_rendezvous_lost(const Status& st) {
   if (finished_) return;
-  if (shutting_down()) return;
+  // Over: the rendezvous closes the connections of a finished job.
+  if (shutting_down() || core_.finishing()) return;
   log::warning("[" + cfg_.role + "] " + st.message() + "; the workers keep running while this node reconnects (for up to " +
                seconds_of(reconnect_timeout_) + ")");
   auto started = std::chrono::steady_clock::now();
@@ -542,6 +543,23 @@ void Agent::report_to_rendezvous_failure(int local_rank) {
 void Agent::report_job_failure() {
   const auto& root = *job_root_cause_;
   bool root_is_here = root.host == node_address_ && !core_.failures().empty();
+  if (cfg_.one_report_per_job && group_.group_rank != 0) {
+    // One stream for the whole job (a Slurm step): node rank 0 prints the report.
+    say("muster: rank " + std::to_string(root.global_rank) + " on " + root.host + " failed (exitcode " +
+        std::to_string(root.exitcode) + "); node rank 0's agent prints the job's failure report\n");
+    if (root_is_here) {
+      for (const auto& f : core_.failures()) {
+        if (!f.stopped_by_agent) {
+          auto it = exits_.find(f.local_rank);
+          copy_error_file_to_parent(make_process_failure(
+              group_.base_global_rank + f.local_rank, f.local_rank, it != exits_.end() ? it->second.pid : 0,
+              f.status.torch_exitcode(), error_files_[f.local_rank], static_cast<long long>(time(nullptr)), false));
+          break;
+        }
+      }
+    }
+    return;
+  }
   if (root_is_here) {
     for (const auto& f : core_.failures()) {
       if (!f.stopped_by_agent) return report_failure();

@@ -480,6 +480,10 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& given, const Environment& 
   LaunchConfig cfg;
   ParsedArgs args = given;
   if (auto st = apply_slurm(args, env, cfg.notices); !st.ok()) return st;
+  // Inferred or not: srun gathers the output of a step's nodes into one stream.
+  if (auto step = read_slurm_step(env); step.ok() && step.value() && step.value()->nodes > 1) {
+    cfg.one_report_per_job = true;
+  }
 
   // Options that only make sense inside a Python launcher.
   // torchrun's default LogsSpecs is registered as "default": the layout muster

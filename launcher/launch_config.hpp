@@ -66,6 +66,11 @@ struct LaunchConfig {
   // and prints torchrun's banner.
   bool set_omp_num_threads = false;
 
+  // The nodes' output meets in one stream: a Slurm step of several nodes,
+  // whose srun gathers every task's output. Then only node rank 0 prints the
+  // job-wide failure report, and the other nodes one line naming the cause.
+  bool one_report_per_job = false;
+
   // Things to log at WARNING once logging is up.
   std::vector<std::string> warnings;
   // Lines to print as "muster: ..." on stderr (what was inferred from Slurm).

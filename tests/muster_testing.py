@@ -100,6 +100,11 @@ def debian_torch_available():
     return r.returncode == 0 and r.stdout.startswith("1.13")
 
 
+def slurm_port(job, step):
+    """The port muster infers for a Slurm step (docs/slurm.md): 20000 + (job * 16 + step mod 16) mod 12768."""
+    return 20000 + (job % 12768 * 16 + step % 16) % 12768
+
+
 def free_port():
     import socket
     with socket.socket() as s:

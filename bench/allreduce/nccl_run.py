@@ -46,6 +46,10 @@ def main():
     factor = 2 * (n - 1) / n
     print(f"all_reduce float32 sum on NCCL, {n} rank(s), one per GPU "
           f"(algbw = bytes/time; busbw = algbw*2(n-1)/n, as nccl-tests)")
+    if n == 1:
+        print("one rank: NCCL moves no data for an in-place all_reduce of one rank, so the columns are each "
+              "library's cost per call (libmuster: a C++ call into NCCL; torch: dist.all_reduce from Python), "
+              "not bandwidth; bandwidth needs two GPUs or more")
     print(f"{'size':>8} {'muster us':>10} {'torch us':>10} {'muster algbw':>13} {'torch algbw':>12} "
           f"{'muster busbw':>13} {'torch busbw':>12} {'torch/muster':>13}")
     for b in sorted(set(ours) & set(torch_)):

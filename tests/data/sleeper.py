@@ -1,8 +1,9 @@
 """Worker that records its pid and the signals it receives, then sleeps.
-argv: <dir> [ignore-term] [spawn-children]
+argv: <dir> [ignore-term] [spawn-children] [hold=SECONDS]
   ignore-term: SIGTERM is recorded and ignored (so only SIGKILL ends it)
   spawn-children: starts a child in its own process group and a daemon that
-                  leaves the worker's session, recording their pids too."""
+                  leaves the worker's session, recording their pids too.
+  hold=SECONDS: how long to sleep before exiting 0 (default 60)."""
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 
 out = sys.argv[1]
 flags = set(sys.argv[2:])
+hold = next((float(f.split("=", 1)[1]) for f in flags if f.startswith("hold=")), 60.0)
 rank = os.environ["RANK"]
 
 
@@ -35,7 +37,7 @@ if "spawn-children" in flags:
     record("child", str(daemon.pid))
 
 record("pid", str(os.getpid()))
-deadline = time.monotonic() + 60
+deadline = time.monotonic() + hold
 while time.monotonic() < deadline:
     time.sleep(0.05)
 sys.exit(0)

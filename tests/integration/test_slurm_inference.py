@@ -2,17 +2,12 @@
 this machine as srun would give them on two nodes), a plain muster command
 line forms one job over the step; torchrun's own options keep torchrun's
 behaviour; a step muster cannot serve is refused with what to do. (A test on
-a real Slurm cluster is not built yet: docs/slurm.md.)"""
+a real Slurm cluster is test_slurm.py.)"""
 import json
 
-from muster_testing import DATA, SLACK, base_env, finish_all, port_open, run_muster, start_muster
+from muster_testing import DATA, SLACK, base_env, finish_all, port_open, run_muster, slurm_port, start_muster
 
 DUMP = str(DATA / "dump_env.py")
-
-
-def slurm_port(job, step):
-    # docs/slurm.md: 20000 + (job * 16 + step mod 16) mod 12768.
-    return 20000 + (job % 12768 * 16 + step % 16) % 12768
 
 
 def free_step():

@@ -158,8 +158,10 @@ TEST_CASE("coordinated: workers start on assignment, a failure is reported, the 
 TEST_CASE("coordinated: a finish order stops the workers, then the job finishes with its code", "[core]") {
   AgentCore core(2, 0, true);
   core.on_assignment(0);
+  CHECK_FALSE(core.finishing());
   auto order = core.on_finish_order(1);
   CHECK(has<action::SignalWorkers>(order));
+  CHECK(core.finishing());  // a connection lost from here on is the job's end, not a fault
   CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == -1);
   CHECK(finish_code(core.on_worker_exit(1, sig(SIGTERM))) == 1);
   CHECK(core.failures().size() == 2);
@@ -173,7 +175,9 @@ TEST_CASE("coordinated: local success is reported and waits for the job's end", 
   auto done = core.on_worker_exit(0, ok());
   CHECK(has<action::ReportSuccess>(done));
   CHECK(finish_code(done) == -1);
+  CHECK_FALSE(core.finishing());  // waiting on the others: a lost connection is still reconnected
   CHECK(finish_code(core.on_finish_order(0)) == 0);
+  CHECK(core.finishing());
 }
 
 TEST_CASE("coordinated: a signal still ends the run with 1", "[core]") {
