@@ -62,6 +62,16 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
   for (auto& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   events_ = cfg_.event_log_handler == "console" && (level == "INFO" || level == "DEBUG" || level == "NOTSET");
   supervisor_.on_worker_pid([this](int, pid_t) { emit_start_events_when_known(); });
+  if (cfg_.worker_timeout.count() > 0) {
+    worker_timeout_ = std::make_unique<WorkerTimeout>(
+        io_, cfg_.worker_timeout,
+        [this] {
+          std::vector<std::pair<int, pid_t>> running;
+          for (int lr : supervisor_.running()) running.emplace_back(lr, supervisor_.reported_pid(lr));
+          return running;
+        },
+        [this](const std::vector<ProgressWatch::Silent>& silent) { on_workers_silent(silent); });
+  }
   writer_.add(STDOUT_FILENO, "the console (stdout)", false);
   writer_.add(STDERR_FILENO, "the console (stderr)", false);
   // While stderr is full the agent's own log lines are dropped (and counted),
@@ -132,6 +142,7 @@ Status Agent::form_group() {
                                            "; pick a free one with --master-port");
     }
     store_ = std::move(server.value());
+    watch_store();
     group_.master_port = store_->port();
   } else {
     auto reserved = PortReservation::acquire(wanted_port);
@@ -151,10 +162,44 @@ Status Agent::open_file_timer() {
   auto server = FileTimerServer::open(io_, cfg_.file_timer_path, [this](const ExpiredWorker& w) { on_timer_expired(w); });
   if (!server.ok()) return server.status();
   file_timer_ = std::move(server.value());
+  if (worker_timeout_) file_timer_->on_request([this](pid_t pid) { worker_timeout_->timer_request(pid); });
   // The workers find the pipe here (torchrun passes it on the same way).
   env_["TORCHELASTIC_TIMER_FILE"] = cfg_.file_timer_path;
   log::info("worker watchdog: serving timers on " + cfg_.file_timer_path);
   return {};
+}
+
+void Agent::watch_store() {
+  if (!worker_timeout_ || !store_) return;
+  int port = store_->port();
+  store_->observe_requests([this, port](store::ConnId conn, const boost::asio::ip::tcp::endpoint& peer) {
+    worker_timeout_->store_request(conn, peer, port);
+  });
+}
+
+void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& silent) {
+  if (finished_ || core_.phase() != Phase::running) return;  // stopping already: not a hang
+  std::string list;
+  for (const auto& s : silent) {
+    list += (list.empty() ? "" : "; ") + std::string("rank ") +
+            std::to_string(group_.base_global_rank + s.local_rank) + " (local_rank " + std::to_string(s.local_rank) +
+            ", pid " + std::to_string(supervisor_.reported_pid(s.local_rank)) + ") silent for " +
+            seconds_of(s.silent_for);
+  }
+  log::error("worker watchdog: " + list + ": no output on stdout or stderr, no store request and no file-timer " +
+             "request within --worker-timeout " + seconds_of(cfg_.worker_timeout) +
+             "; taking it for hung: sending SIGKILL");
+  for (const auto& s : silent) {
+    hung_[s.local_rank] = s.silent_for;
+    supervisor_.signal_one(s.local_rank, SIGKILL);
+  }
+}
+
+void Agent::note_hung(int local_rank, std::string& message) const {
+  auto it = hung_.find(local_rank);
+  if (it == hung_.end()) return;
+  message = "hung: no progress for " + seconds_of(it->second) + " (--worker-timeout " +
+            seconds_of(cfg_.worker_timeout) + "), killed by muster; " + message;
 }
 
 void Agent::on_timer_expired(const ExpiredWorker& w) {
@@ -460,6 +505,19 @@ std::vector<WorkerLaunch> Agent::build_launches(const std::string& attempt_dir) 
       } else {
         p.mode = shown ? StreamPlan::Mode::inherit : StreamPlan::Mode::devnull;
       }
+      if (worker_timeout_) {
+        // Every byte is progress: the stream goes through a pump that sees it,
+        // on to where it would have gone (unchanged where it was inherited).
+        if (p.mode != StreamPlan::Mode::tee) {
+          p.tee = PumpTargets{};
+          p.tee.writer = &writer_;
+          p.tee.console_fd = p.mode == StreamPlan::Mode::inherit ? console_fd : -1;
+          p.tee.raw_console = true;
+          if (p.mode == StreamPlan::Mode::devnull) p.path.clear();
+          p.mode = StreamPlan::Mode::tee;
+        }
+        p.tee.on_activity = worker_timeout_->output_of(lr);
+      }
       return p;
     };
     w.out = plan(kStdOut, "stdout.log", STDOUT_FILENO, filtered_stdout_fd_, cfg_.duplicate_stdout_filters);
@@ -512,11 +570,13 @@ void Agent::start_workers(int restart_count) {
   // rank 0 starting its workers must not wipe what other nodes' workers wrote.)
   if (store_ && !coordinated_) store_->reset();
   if (file_timer_) file_timer_->clear();
+  hung_.clear();
   if (auto st = supervisor_.start(launches); !st.ok()) {
     log::error(st.message());
     finish(1);
     return;
   }
+  if (worker_timeout_) worker_timeout_->start(static_cast<int>(launches.size()));
   ++worker_group_starts_;
   start_events_pending_ = events_;
   emit_start_events_when_known();
@@ -551,6 +611,7 @@ void Agent::on_worker_exit(const WorkerExit& e) {
   if (finished_) return;
   exits_[e.local_rank] = e;
   if (file_timer_) file_timer_->forget(e.pid);
+  if (worker_timeout_) worker_timeout_->exited(e.local_rank);
   last_exits_[e.local_rank] = {e.local_rank, e.status.torch_exitcode()};
   if (!e.status.success() && core_.phase() == Phase::running) {
     ++worker_failures_;
@@ -566,6 +627,7 @@ void Agent::finish(int exit_code) {
   if (finished_) return;
   finished_ = true;
   exit_code_ = exit_code;
+  if (worker_timeout_) worker_timeout_->stop();
   shutdown_timer_.cancel();
   signals_.cancel();
   heartbeat_timer_.cancel();
@@ -610,6 +672,7 @@ void Agent::report_failure() {
     failures.push_back(make_process_failure(group_.base_global_rank + f.local_rank, f.local_rank, pid,
                                             f.status.torch_exitcode(), error_files_[f.local_rank], when,
                                             f.stopped_by_agent));
+    note_hung(f.local_rank, failures.back().message);
   }
   std::string report = "ChildFailedError: " + format_failure_report(cfg_.entrypoint_name, failures, host_) + "\n";
   say(report);

@@ -17,6 +17,7 @@
 #include "async_writer.hpp"
 #include "failure_report.hpp"
 #include "file_timer.hpp"
+#include "worker_timeout.hpp"
 #include "launch_config.hpp"
 #include "log_dir.hpp"
 #include "muster/rendezvous/client.hpp"
@@ -58,6 +59,10 @@ class Agent {
   void emit_start_events_when_known();
   void emit_final_events(int exit_code);
   void on_timer_expired(const ExpiredWorker& w);
+  // --worker-timeout (worker_timeout.hpp).
+  void watch_store();
+  void on_workers_silent(const std::vector<ProgressWatch::Silent>& silent);
+  void note_hung(int local_rank, std::string& message) const;
   void report_failure();
   // Multi-node jobs (agent_rendezvous.cpp).
   int run_coordinated();
@@ -111,6 +116,8 @@ class Agent {
   uint64_t worker_failures_ = 0;
   std::map<int, AgentMetrics::Exit> last_exits_;
   std::unique_ptr<FileTimerServer> file_timer_;
+  std::unique_ptr<WorkerTimeout> worker_timeout_;
+  std::map<int, std::chrono::milliseconds> hung_;  // this attempt's workers stopped as hung
   // Events (--event-log-handler=console, shown at LOGLEVEL INFO or DEBUG, the default).
   bool events_ = false;
   EventGroup event_group_;

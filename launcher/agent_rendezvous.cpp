@@ -80,14 +80,6 @@ std::string instance_id() {
   return out;
 }
 
-std::string seconds_of(std::chrono::milliseconds d) {
-  auto ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000);
-  return buf;
-}
-
 }  // namespace
 
 Status Agent::setup_rendezvous() {
@@ -168,6 +160,7 @@ Status Agent::setup_rendezvous() {
                                            store.status().message());
     }
     store_ = std::move(store.value());
+    watch_store();
     if (cfg_.node_rank == 0) {
       rdzv_server_ = rendezvous::RendezvousServer::create(io_);
       if (auth_key_) rdzv_server_->require_auth(*auth_key_);
@@ -280,6 +273,7 @@ void Agent::send_join() {
     auto fresh = store::StoreServer::listen(io_, listen_address_for(node_address_), 0);
     if (fresh.ok()) {
       store_ = std::move(fresh.value());
+      watch_store();
     } else if (store_) {
       log::warning("cannot open a new store for the next round (" + fresh.status().message() +
                    "); emptying the old one");
@@ -528,6 +522,7 @@ void Agent::report_to_rendezvous_failure(int local_rank) {
   f.exitcode = it != exits_.end() ? it->second.status.torch_exitcode() : 1;
   auto pf = make_process_failure(f.global_rank, local_rank, pid, f.exitcode, error_files_[local_rank],
                                  static_cast<long long>(time(nullptr)), false);
+  note_hung(local_rank, pf.message);
   // The protocol's limit on text; an error file can hold more.
   f.message = pf.message.size() > rendezvous::kMaxTextLength
                   ? pf.message.substr(0, rendezvous::kMaxTextLength - 32) + " ... (truncated)"

@@ -1,4 +1,5 @@
 #include "cli.hpp"
+#include "progress_watch.hpp"
 #include "slurm.hpp"
 
 #include <algorithm>
@@ -124,6 +125,10 @@ const std::vector<OptionSpec>& option_table() {
       {{"--metrics-listen", "--metrics_listen"}, Kind::value, Type::str, false, std::nullopt, {},
        "ADDR[:PORT] to serve the agent's Prometheus metrics on (GET /metrics; port 9401 by default; "
        "default: $MUSTER_METRICS_LISTEN, else none)."},
+      {{"--worker-timeout", "--worker_timeout"}, Kind::value, Type::str, false, std::nullopt, {},
+       "Seconds a worker may go without progress (a byte on stdout or stderr, a request on the store this "
+       "agent hosts, a file-timer request) before it is taken for hung and the group fails as on a crash "
+       "(default: $MUSTER_WORKER_TIMEOUT, else 0: never)."},
   };
   return table;
 }
@@ -232,6 +237,19 @@ std::optional<double> parse_python_float(std::string_view text) {
   if (end != s.c_str() + s.size()) return std::nullopt;
   return v;
 }
+
+}  // namespace
+
+std::optional<std::chrono::milliseconds> parse_worker_timeout(std::string_view text) {
+  auto v = parse_python_float(text);
+  if (!v || !std::isfinite(*v) || *v < 0 || *v > kMaxWorkerTimeoutSeconds) return std::nullopt;
+  if (*v == 0) return std::chrono::milliseconds(0);
+  auto ms = std::chrono::milliseconds(static_cast<long long>(*v * 1000 + 0.5));
+  if (ms < kMinWorkerTimeout) return std::nullopt;
+  return ms;
+}
+
+namespace {
 
 Status check_type(const OptionSpec& spec, const std::string& value) {
   if (spec.type == Type::integer && !parse_python_int(value)) {
@@ -706,6 +724,24 @@ Result<LaunchConfig> resolve_config(const ParsedArgs& given, const Environment& 
     if (cfg.metrics_listen.empty()) return invalid_argument("--metrics-listen needs ADDR[:PORT]");
   } else if (auto m = env_get(env, "MUSTER_METRICS_LISTEN"); m && !m->empty()) {
     cfg.metrics_listen = *m;
+  }
+  {
+    std::optional<std::string> text;
+    std::string from = "--worker-timeout";
+    if (has(args, "worker_timeout")) {
+      text = get(args, "worker_timeout");
+    } else if (auto t = env_get(env, "MUSTER_WORKER_TIMEOUT"); t && !t->empty()) {
+      text = *t;
+      from = "MUSTER_WORKER_TIMEOUT";
+    }
+    if (text) {
+      auto seconds = parse_worker_timeout(*text);
+      if (!seconds) {
+        return invalid_argument(from + "='" + *text + "': give the seconds a worker may go without progress, " +
+                                "a number of at least 0.1 (0 turns the check off), e.g. --worker-timeout=600");
+      }
+      cfg.worker_timeout = *seconds;
+    }
   }
   // torchrun's watchdog: on with TORCHELASTIC_ENABLE_FILE_TIMER=1 exactly, its
   // pipe at TORCHELASTIC_TIMER_FILE or a fresh name in the temporary folder.

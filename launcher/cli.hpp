@@ -4,10 +4,12 @@
 // through untouched. resolve_config then applies torchrun's config_from_args.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launch_config.hpp"
@@ -42,6 +44,11 @@ struct HostFacts {
   // binary lives in, as pip installs it from the wheel; "" when it lives in none.
   std::string environment_python;
 };
+
+// --worker-timeout's seconds: 0 (off), or from kMinWorkerTimeout up to 30
+// days; nullopt for anything else (negative, not a number, too small).
+constexpr double kMaxWorkerTimeoutSeconds = 30.0 * 24 * 3600;
+std::optional<std::chrono::milliseconds> parse_worker_timeout(std::string_view text);
 
 Result<LaunchConfig> resolve_config(const ParsedArgs& args, const Environment& env,
                                     const HostFacts& host);

@@ -244,6 +244,7 @@ void FileTimerServer::on_line(std::string_view line, bool complete) {
     bad_request(r.status().message());
     return;
   }
+  if (on_request_) on_request_(r->pid);
   if (!table_.apply(r.value())) {
     bad_request("a timer for pid " + std::to_string(r->pid) + ": " + std::to_string(table_.size()) +
                 " timers are held already (at most " + std::to_string(kMaxTimers) + ", and " +

@@ -108,6 +108,9 @@ class FileTimerServer {
   // A worker that exited: its timers go with it.
   void forget(pid_t pid) { table_.forget(pid); }
   const std::string& path() const { return path_; }
+  // Called with the pid each valid request names (--worker-timeout counts it
+  // as that worker's progress).
+  void on_request(std::function<void(pid_t)> fn) { on_request_ = std::move(fn); }
 
  private:
   FileTimerServer(boost::asio::io_context& io, std::string path, OnExpired on_expired);
@@ -119,6 +122,7 @@ class FileTimerServer {
 
   std::string path_;
   OnExpired on_expired_;
+  std::function<void(pid_t)> on_request_;
   boost::asio::posix::stream_descriptor pipe_;
   int keep_open_fd_ = -1;  // our own writer, so the pipe never reads as ended
   dev_t dev_ = 0;          // the pipe made, so the one removed at the end is ours

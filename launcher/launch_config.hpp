@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <chrono>
 #include <optional>
 #include <set>
 #include <string>
@@ -52,6 +53,9 @@ struct LaunchConfig {
   std::string file_timer_path;
   // muster's own: where to serve the agent's metrics ("": nowhere).
   std::string metrics_listen;
+  // muster's own: a worker without progress for this long is hung (0: never;
+  // progress_watch.hpp says what counts).
+  std::chrono::milliseconds worker_timeout{0};
 
   // The worker program: executable (PATH lookup when it has no '/') and its
   // arguments, before $local_rank substitution.

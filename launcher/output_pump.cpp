@@ -35,7 +35,10 @@ void OutputPump::read_more() {
   }
   pipe_.async_read_some(boost::asio::buffer(buf_), [self](const boost::system::error_code& ec, std::size_t n) {
     if (self->eof_) return;  // stopped meanwhile
-    if (n > 0) self->consume(std::string_view(self->buf_.data(), n));
+    if (n > 0) {
+      self->consume(std::string_view(self->buf_.data(), n));
+      if (self->targets_.on_activity) self->targets_.on_activity();
+    }
     if (ec) {
       if (ec != boost::asio::error::operation_aborted) self->at_eof();
       return;
@@ -48,6 +51,7 @@ void OutputPump::stop() { at_eof(); }
 
 void OutputPump::abandon() {
   on_eof_ = nullptr;
+  targets_.on_activity = nullptr;
   at_eof();
   targets_.writer = nullptr;
 }
@@ -58,6 +62,10 @@ void OutputPump::push(int fd, std::string_view bytes) {
 
 void OutputPump::consume(std::string_view data) {
   push(targets_.file_fd, data);
+  if (targets_.raw_console) {
+    push(targets_.console_fd, data);
+    return;
+  }
   splitter_.feed(data, [this](std::string_view line, bool complete) { emit_line(line, complete); });
 }
 

@@ -27,6 +27,11 @@ struct PumpTargets {
   std::string prefix;
   int filtered_fd = -1;   // registered with the writer; lines matching a filter are copied here
   std::vector<std::string> filters;
+  // The console gets the bytes as they come, unsplit and unprefixed (a
+  // stream muster only watches: --worker-timeout without --tee).
+  bool raw_console = false;
+  // Called for every read that brought bytes (--worker-timeout's progress).
+  std::function<void()> on_activity;
 };
 
 class OutputPump : public std::enable_shared_from_this<OutputPump> {

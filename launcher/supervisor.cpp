@@ -272,13 +272,16 @@ void Supervisor::deliver_if_drained(Worker& w) {
 }
 
 void Supervisor::signal_all(int signo) {
-  for (auto& w : workers_) {
-    if (w->exited || w->control < 0) continue;
-    unsigned char b = static_cast<unsigned char>(signo);
-    // A failed send means the shim is already gone, and with it the worker's
-    // tree; a PID-based fallback could hit a reused process group.
-    (void)::send(w->control, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-  }
+  for (auto& w : workers_) signal_one(w->local_rank, signo);
+}
+
+void Supervisor::signal_one(int local_rank, int signo) {
+  Worker* w = find(local_rank);
+  if (w == nullptr || w->exited || w->control < 0) return;
+  unsigned char b = static_cast<unsigned char>(signo);
+  // A failed send means the shim is already gone, and with it the worker's
+  // tree; a PID-based fallback could hit a reused process group.
+  (void)::send(w->control, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 Supervisor::Worker* Supervisor::find(int local_rank) {

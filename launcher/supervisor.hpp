@@ -60,6 +60,8 @@ class Supervisor {
   Status start(const std::vector<WorkerLaunch>& launches);
   // Sends signo to the process group of every worker still running.
   void signal_all(int signo);
+  // The same for one worker.
+  void signal_one(int local_rank, int signo);
   // The worker's PID (its shim's until the shim has reported it).
   pid_t worker_pid(int local_rank);
   // The worker's own PID once its shim has reported it, else 0.

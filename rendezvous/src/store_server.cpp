@@ -123,6 +123,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
     }
     std::vector<Reply> replies;
     bool ok = true;
+    bool any = false;
     held_back_ = false;
     std::size_t own_bytes = out_.queued();
     std::size_t counted = 0;
@@ -145,6 +146,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       }
       std::string error;
       bool handled = false;
+      any = true;
       try {
         handled = server_.state_.handle(id_, dialect_, req, replies, error);
       } catch (const std::exception& e) {
@@ -168,6 +170,14 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       in_pos_ = 0;
     }
     server_.dispatch(replies, id_);
+    if (any && server_.observer_) {
+      if (!peer_) {  // asked once per connection
+        boost::system::error_code ec;
+        auto peer = socket_.remote_endpoint(ec);
+        if (!ec) peer_ = peer;
+      }
+      if (peer_) server_.observer_(id_, *peer_);
+    }
     return ok;
   }
 
@@ -181,6 +191,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   std::string in_;
   std::size_t in_pos_ = 0;
   std::optional<RequestParser> parser_;
+  std::optional<tcp::endpoint> peer_;
   net::WriteQueue out_;
   bool closed_ = false;
   bool diverted_ = false;

@@ -32,6 +32,11 @@ class StoreServer {
   // static backend's --master-port does. No TCPStore client opens that way.
   using Diverter = std::function<void(boost::asio::ip::tcp::socket, std::string)>;
   void divert_rendezvous(Diverter to) { diverter_ = std::move(to); }
+  // Called once for each read that carried requests, with the connection's
+  // id and its peer (the agent's --worker-timeout counts a request from a
+  // worker's connection as that worker's progress).
+  using RequestObserver = std::function<void(ConnId, const boost::asio::ip::tcp::endpoint& peer)>;
+  void observe_requests(RequestObserver fn) { observer_ = std::move(fn); }
   // Forgets every key and closes every connection (a new attempt of the job).
   void reset();
   void close();
@@ -54,6 +59,7 @@ class StoreServer {
   std::unordered_map<ConnId, std::shared_ptr<Session>> sessions_;
   std::shared_ptr<bool> alive_;
   Diverter diverter_;
+  RequestObserver observer_;
 };
 
 }  // namespace muster::store

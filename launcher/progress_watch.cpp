@@ -1,0 +1,142 @@
+#include "progress_watch.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace muster::launcher {
+
+void ProgressWatch::start(int nproc, Clock::time_point now) {
+  last_.assign(static_cast<std::size_t>(std::max(nproc, 0)), now);
+}
+
+void ProgressWatch::progress(int local_rank, Clock::time_point now) {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= last_.size()) return;
+  auto& t = last_[static_cast<std::size_t>(local_rank)];
+  if (t && now > *t) t = now;
+}
+
+void ProgressWatch::stop(int local_rank) {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= last_.size()) return;
+  last_[static_cast<std::size_t>(local_rank)].reset();
+}
+
+std::vector<ProgressWatch::Silent> ProgressWatch::silent(Clock::time_point now) const {
+  std::vector<Silent> out;
+  for (std::size_t i = 0; i < last_.size(); ++i) {
+    if (!last_[i]) continue;
+    auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - *last_[i]);
+    if (quiet >= timeout_) out.push_back({static_cast<int>(i), quiet});
+  }
+  return out;
+}
+
+std::chrono::milliseconds ProgressWatch::check_interval() const {
+  return std::clamp(timeout_ / 10, kMinProgressCheck, kMaxProgressCheck);
+}
+
+std::string seconds_of(std::chrono::milliseconds d) {
+  auto ms = d.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000);
+  return buf;
+}
+
+namespace {
+
+std::optional<unsigned long long> parse_number(std::string_view s, int base) {
+  unsigned long long v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+// "0100007F:1F90" or the IPv6 form: the port is the hex after the last ':'.
+std::optional<int> port_of(std::string_view address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  auto port = parse_number(address.substr(colon + 1), 16);
+  if (!port || *port > 65535) return std::nullopt;
+  return static_cast<int>(*port);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+std::vector<TcpRow> parse_proc_net_tcp(std::string_view text) {
+  std::vector<TcpRow> rows;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    auto end = text.find('\n', pos);
+    std::string_view line = text.substr(pos, end == std::string_view::npos ? std::string_view::npos : end - pos);
+    pos = end == std::string_view::npos ? text.size() : end + 1;
+    // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
+    std::vector<std::string_view> fields;
+    std::size_t i = 0;
+    while (i < line.size() && fields.size() < 10) {
+      while (i < line.size() && line[i] == ' ') ++i;
+      std::size_t j = i;
+      while (j < line.size() && line[j] != ' ') ++j;
+      if (j > i) fields.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    if (fields.size() < 10 || fields[0].empty() || fields[0].back() != ':') continue;  // the header, or junk
+    auto local = port_of(fields[1]);
+    auto remote = port_of(fields[2]);
+    auto inode = parse_number(fields[9], 10);
+    if (!local || !remote || !inode || *inode == 0) continue;
+    rows.push_back({*local, *remote, *inode});
+  }
+  return rows;
+}
+
+std::optional<int> local_socket_owner(int local_port, int remote_port,
+                                      const std::vector<std::pair<int, pid_t>>& candidates,
+                                      const std::string& proc_root) {
+  std::vector<unsigned long long> inodes;
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    for (const auto& row : parse_proc_net_tcp(read_all(proc_root + table))) {
+      if (row.local_port == local_port && row.remote_port == remote_port) inodes.push_back(row.inode);
+    }
+  }
+  if (inodes.empty()) return std::nullopt;
+  for (const auto& [local_rank, pid] : candidates) {
+    if (pid <= 0) continue;
+    std::string dir = proc_root + "/" + std::to_string(pid) + "/fd";
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) continue;
+    std::optional<int> found;
+    // Bounded by the process's descriptors; a worker holds few.
+    while (!found) {
+      dirent* e = ::readdir(d);
+      if (e == nullptr) break;
+      if (e->d_name[0] == '.') continue;
+      char link[64];
+      ssize_t n = ::readlinkat(::dirfd(d), e->d_name, link, sizeof link - 1);
+      if (n <= 0) continue;
+      std::string_view target(link, static_cast<std::size_t>(n));
+      constexpr std::string_view kSocket = "socket:[";
+      if (target.substr(0, kSocket.size()) != kSocket || target.back() != ']') continue;
+      auto inode = parse_number(target.substr(kSocket.size(), target.size() - kSocket.size() - 1), 10);
+      if (inode && std::find(inodes.begin(), inodes.end(), *inode) != inodes.end()) found = local_rank;
+    }
+    ::closedir(d);
+    if (found) return found;
+  }
+  return std::nullopt;
+}
+
+}  // namespace muster::launcher
