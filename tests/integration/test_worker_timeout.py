@@ -6,46 +6,55 @@ the console unchanged."""
 import re
 import subprocess
 
-from muster_testing import DATA, MUSTER, SLACK, base_env, run_muster
+from muster_testing import DATA, SLACK, base_env, run_muster
 
 WORKER = str(DATA / "hang_worker.py")
+# Where progress must keep workers alive: a timeout well above a loaded machine's Python start-up
+# (which counts as silence), and workers that go on for three times as long.
+PATIENT = 2.5 * SLACK
+# Where a worker is to be caught: short, but longer than a loaded machine takes to start the
+# workers that are not meant to hang (they exit as soon as Python is up).
+QUICK = 1.5 * SLACK
 
 
 def test_a_silent_worker_is_killed_and_the_group_restarts(tmp_path):
-    r = run_muster(["--nproc-per-node=2", "--max-restarts=1", "--worker-timeout=1", WORKER, str(tmp_path), "hang"],
-                   timeout=120 * SLACK)
+    r = run_muster(["--nproc-per-node=2", "--max-restarts=1", f"--worker-timeout={QUICK}", WORKER, str(tmp_path),
+                    "hang"], timeout=120 * SLACK)
     assert r.returncode == 0, r.stderr[-3000:]
     m = re.search(r"worker watchdog: rank 1 \(local_rank 1, pid (\d+)\) silent for ([\d.]+) s: no output on stdout "
-                  r"or stderr, no store request and no file-timer request within --worker-timeout 1 s; taking it for "
+                  r"or stderr, no store request and no file-timer request within --worker-timeout [\d.]+ s; taking it for "
                   r"hung: sending SIGKILL", r.stderr)
     assert m, r.stderr[-3000:]
     assert int(m.group(1)) == int((tmp_path / "pid_1_0").read_text())
-    assert float(m.group(2)) >= 1.0
+    assert float(m.group(2)) >= QUICK
     assert "rank 0 (" not in r.stderr.split("worker watchdog:")[1].split("\n")[0]  # rank 0 had exited: not watched
     assert (tmp_path / "pid_0_1").exists() and (tmp_path / "pid_1_1").exists()  # the second attempt ran
     assert r.stdout.count("rank 1 started") == 1
 
 
 def test_with_no_restarts_left_the_report_says_it_hung(tmp_path):
-    r = run_muster(["--nproc-per-node=2", "--worker-timeout=0.5", WORKER, str(tmp_path), "hang"], timeout=120 * SLACK)
+    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={QUICK}", WORKER, str(tmp_path), "hang"],
+                   timeout=120 * SLACK)
     assert r.returncode == 1
     root = r.stderr.split("Root Cause (first observed failure):")[1]
     assert "rank      : 1 (local_rank: 1)" in root and "exitcode  : -9" in root, root
-    assert re.search(r"traceback : hung: no progress for [\d.]+ s \(--worker-timeout 0.5 s\), killed by muster", root), root
+    assert re.search(r"traceback : hung: no progress for [\d.]+ s \(--worker-timeout [\d.]+ s\), killed by muster", root), root
 
 
 def test_output_is_progress(tmp_path):
-    r = run_muster(["--nproc-per-node=2", "--worker-timeout=1", WORKER, str(tmp_path), "chatty", str(3 * SLACK)],
+    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), "chatty",
+                    str(3 * PATIENT)],
                    timeout=120 * SLACK)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "worker watchdog" not in r.stderr
-    assert r.stdout.count("rank 0 working") >= 5 and r.stdout.count("rank 1 working") >= 5
+    assert r.stdout.count("rank 0 working") >= 10 and r.stdout.count("rank 1 working") >= 10
 
 
 def test_store_requests_are_progress(tmp_path):
-    # Silent on both streams for 3 s (times the suite's slack), under a 1.5 s timeout: only the
-    # requests on the agent's store keep the workers alive.
-    r = run_muster(["--nproc-per-node=2", "--worker-timeout=1.5", WORKER, str(tmp_path), "store", str(3 * SLACK)],
+    # Silent on both streams for three times the timeout: only the requests on the agent's
+    # store keep the workers alive.
+    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), "store",
+                    str(3 * PATIENT)],
                    timeout=120 * SLACK)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "worker watchdog" not in r.stderr
@@ -54,7 +63,8 @@ def test_store_requests_are_progress(tmp_path):
 
 def test_file_timer_requests_are_progress(tmp_path):
     env = base_env(TORCHELASTIC_ENABLE_FILE_TIMER="1", TORCHELASTIC_TIMER_FILE=str(tmp_path / "timer.pipe"))
-    r = run_muster(["--nproc-per-node=2", "--worker-timeout=1.5", WORKER, str(tmp_path), "timer", str(3 * SLACK)],
+    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), "timer",
+                    str(3 * PATIENT)],
                    env=env, timeout=120 * SLACK)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "worker watchdog" not in r.stderr
@@ -68,9 +78,9 @@ def test_the_streams_reach_the_console_unchanged(tmp_path):
 
 
 def test_the_environment_variable_and_bad_values(tmp_path):
-    r = run_muster(["--nproc-per-node=2", WORKER, str(tmp_path), "hang"], env=base_env(MUSTER_WORKER_TIMEOUT="0.5"),
-                   timeout=60 * SLACK)
-    assert r.returncode == 1 and "within --worker-timeout 0.5 s; taking it for hung" in r.stderr, r.stderr[-3000:]
+    r = run_muster(["--nproc-per-node=2", WORKER, str(tmp_path), "hang"],
+                   env=base_env(MUSTER_WORKER_TIMEOUT=str(QUICK)), timeout=60 * SLACK)
+    assert r.returncode == 1 and "; taking it for hung" in r.stderr, r.stderr[-3000:]
     for value, source in (("-1", "--worker-timeout"), ("soon", "--worker-timeout"), ("0.01", "--worker-timeout")):
         r = run_muster([f"--worker-timeout={value}", WORKER, str(tmp_path), "chatty", "0"], timeout=60 * SLACK)
         assert r.returncode == 1, r.stderr
