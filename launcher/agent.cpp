@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -687,8 +688,19 @@ void Agent::copy_error_file_to_parent(const ProcessFailure& root) {
   try {
     auto data = nlohmann::json::parse(content->raw_json);
     if (data["message"].is_object() && root.exitcode != 0) data["message"]["errorCode"] = root.exitcode;
-    std::ofstream out(parent->second, std::ios::trunc);
-    out << data.dump();
+    // Whole or not at all: a parent reading it never sees half of it.
+    std::string tmp = parent->second + ".tmp." + std::to_string(getpid());
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << data.dump();
+      out.close();
+      if (!out) throw std::runtime_error("cannot write " + tmp);
+    }
+    if (std::rename(tmp.c_str(), parent->second.c_str()) != 0) {
+      std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot rename " + tmp + ": " + why);
+    }
     log::info("dumped error file to parent's " + parent->second);
   } catch (const std::exception& e) {
     log::warning("cannot copy the error file " + root.error_file + " to " + parent->second + ": " + e.what());

@@ -106,8 +106,21 @@ def slurm_port(job, step):
 
 
 def free_port():
+    """A port free now, for a server the test starts next. It is chosen below the kernel's
+    ephemeral range (10000-19999), so no connection's automatic source port can take it
+    between this check and the server's bind; only another explicit choice could, and the
+    choice is random."""
+    import random
     import socket
-    with socket.socket() as s:
+    for _ in range(200):
+        port = random.randrange(10000, 20000)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        return port
+    with socket.socket() as s:  # the range is crowded: any free port
         s.bind(("", 0))
         return s.getsockname()[1]
 

@@ -53,8 +53,11 @@ def main():
         state = model.state_dict()
         torch.save(state, os.path.join(out_dir, "model.pt"))
         hexes = {k: v.detach().contiguous().numpy().tobytes().hex() for k, v in state.items()}
-        with open(os.path.join(out_dir, "weights.json"), "w") as f:
+        # Written whole, then renamed: whoever waits for the file never reads half of it.
+        path = os.path.join(out_dir, "weights.json")
+        with open(path + ".tmp", "w") as f:
             json.dump({"world_size": world, "weights": hexes}, f)
+        os.replace(path + ".tmp", path)
     dist.barrier()
     dist.destroy_process_group()
 

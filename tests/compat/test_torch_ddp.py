@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, DEBIAN_PYTHON, MUSTER, base_env, debian_torch_available, free_port,
+from muster_testing import (DATA, DEBIAN_PYTHON, MUSTER, SLACK, base_env, debian_torch_available, free_port,
                             once_more_on_gloo_abort, port_open, run_muster, torchrun_path, wait_all, wait_for)
 
 SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "pytorch" / "ddp_train.py")
@@ -71,7 +71,8 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
             procs.append(subprocess.Popen([*launcher, *common, f"{local_addr_flag}=127.0.0.{node}", SCRIPT, str(out)],
                                           env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
             if node == 1:  # the endpoint's host listens before the other agent starts
-                wait_for(lambda: port_open("127.0.0.1", port) or procs[0].poll() is not None, 60)
+                assert wait_for(lambda: port_open("127.0.0.1", port) or procs[0].poll() is not None, 60 * SLACK), \
+                    "the first agent neither listened nor exited"
         failed = wait_all(procs, 180)
         return None if failed else weights(out), failed
 

@@ -29,13 +29,15 @@ if mode == "exit3":
 if mode == "segv":
     os.kill(os.getpid(), signal.SIGSEGV)
 if mode == "errorfile":
-    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"] + ".tmp", "w") as f:
         json.dump({"message": {"message": "ValueError: boom on rank1",
                                "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"w.py\", line 1\nValueError: boom on rank1\n",
                                              "timestamp": str(int(time.time()))}}}, f)
+    os.replace(os.environ["TORCHELASTIC_ERROR_FILE"] + ".tmp", os.environ["TORCHELASTIC_ERROR_FILE"])
     sys.exit(1)
 if mode == "strerrorfile":
-    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"] + ".tmp", "w") as f:
         json.dump({"message": "the C++ worker gave up", "timestamp": int(time.time())}, f)
+    os.replace(os.environ["TORCHELASTIC_ERROR_FILE"] + ".tmp", os.environ["TORCHELASTIC_ERROR_FILE"])
     sys.exit(1)
 sys.exit(99)

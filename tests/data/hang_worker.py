@@ -22,8 +22,9 @@ seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 0
 rank = int(os.environ["RANK"])
 local_rank = int(os.environ["LOCAL_RANK"])
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-with open(os.path.join(out, f"pid_{rank}_{attempt}"), "w") as f:
+with open(os.path.join(out, f".pid_{rank}_{attempt}"), "w") as f:
     f.write(str(os.getpid()))
+os.replace(os.path.join(out, f".pid_{rank}_{attempt}"), os.path.join(out, f"pid_{rank}_{attempt}"))
 
 if mode == "hang":
     if attempt == 0 and local_rank == 1:

@@ -140,11 +140,12 @@ def test_dead_peer_fails_the_collective(transport):
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_stalled_peer_times_out(transport):
-    results = spawn_ranks(2, "stall", "1", "5000",
-                          extra={"MUSTER_TEST_TIMEOUT_MS": 1000, "MUSTER_CPU_TRANSPORT": transport})
+    timeout_ms = int(1000 * SLACK)
+    results = spawn_ranks(2, "stall", "1", str(5 * timeout_ms),
+                          extra={"MUSTER_TEST_TIMEOUT_MS": timeout_ms, "MUSTER_CPU_TRANSPORT": transport})
     code, out, err = results[0]
     assert code == 4, (code, out, err)
-    assert "timed out after 1000 ms" in out
+    assert f"timed out after {timeout_ms} ms" in out
 
 
 def test_missing_environment_is_a_clear_error():

@@ -33,6 +33,13 @@ struct ServerThread {
     thread.join();
   }
   int port() const { return server->port(); }
+  // The waits the server holds, read on its own thread.
+  std::size_t pending_waits() {
+    std::promise<std::size_t> p;
+    auto f = p.get_future();
+    boost::asio::post(io, [&] { p.set_value(server->state().pending_waits()); });
+    return f.get();
+  }
 };
 
 StoreClient client(int port, Dialect d, std::chrono::milliseconds timeout = 5000ms) {
@@ -68,7 +75,13 @@ TEST_CASE("a wait is answered when another client sets the key", "[server]") {
   auto waiter = client(s.port(), Dialect::v2);
   auto setter = client(s.port(), Dialect::v1_13);
   auto done = std::async(std::launch::async, [&] { return waiter.get("late"); });
-  std::this_thread::sleep_for(50ms);
+  // The set comes only once the server holds the get's wait (bounded: 10 s).
+  bool waiting = false;
+  for (int i = 0; i < 1000 && !waiting; ++i) {
+    waiting = s.pending_waits() == 1;
+    if (!waiting) std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(waiting);
   REQUIRE(setter.set("late", "here").ok());
   auto got = done.get();
   REQUIRE(got.ok());
