@@ -2,6 +2,7 @@
 // message that says what failed, where, and what to do; Result<T> holds either.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
@@ -44,6 +45,15 @@ inline Status invalid_argument(std::string message) {
 }
 inline Status io_error(std::string message) { return {Code::io_error, std::move(message)}; }
 
+// What value() throws on a Result that holds an error: the error's message,
+// not std::variant's "bad variant access". A caller that has not checked ok()
+// has a bug; this makes it say which error it missed.
+class BadResultAccess : public std::logic_error {
+ public:
+  explicit BadResultAccess(const std::string& message)
+      : std::logic_error("value() of a Result holding an error: " + message) {}
+};
+
 // Holds a value or a non-ok Status.
 template <typename T>
 class [[nodiscard]] Result {
@@ -56,15 +66,27 @@ class [[nodiscard]] Result {
     static const Status kOk;
     return ok() ? kOk : std::get<Status>(state_);
   }
-  T& value() & { return std::get<T>(state_); }
-  const T& value() const& { return std::get<T>(state_); }
-  T&& value() && { return std::get<T>(std::move(state_)); }
+  T& value() & {
+    check();
+    return std::get<T>(state_);
+  }
+  const T& value() const& {
+    check();
+    return std::get<T>(state_);
+  }
+  T&& value() && {
+    check();
+    return std::get<T>(std::move(state_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
  private:
+  void check() const {
+    if (!ok()) throw BadResultAccess(std::get<Status>(state_).message());
+  }
   std::variant<T, Status> state_;
 };
 
