@@ -174,7 +174,10 @@ void Agent::watch_store() {
   if (!worker_timeout_ || !store_) return;
   int port = store_->port();
   store_->observe_requests([this, port](store::ConnId conn, const boost::asio::ip::tcp::endpoint& peer) {
-    worker_timeout_->store_request(conn, peer, port);
+    if (worker_timeout_) worker_timeout_->store_request(conn, peer, port);
+  });
+  store_->observe_closes([this, port](store::ConnId conn) {
+    if (worker_timeout_) worker_timeout_->store_closed(conn, port);
   });
 }
 
@@ -193,6 +196,13 @@ void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& silent) 
   for (const auto& s : silent) {
     hung_[s.local_rank] = s.silent_for;
     supervisor_.signal_one(s.local_rank, SIGKILL);
+    ++worker_failures_;
+  }
+  // Failed from now on, whether or not its exit ever comes: the group stops
+  // within the shutdown timeout either way.
+  for (const auto& s : silent) {
+    if (finished_) break;
+    apply(core_.on_worker_hung(s.local_rank));
   }
 }
 
@@ -518,6 +528,7 @@ std::vector<WorkerLaunch> Agent::build_launches(const std::string& attempt_dir) 
           p.mode = StreamPlan::Mode::tee;
         }
         p.tee.on_activity = worker_timeout_->output_of(lr);
+        p.tee.on_blocked = worker_timeout_->blocked_of(lr);
       }
       return p;
     };

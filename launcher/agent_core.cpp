@@ -102,10 +102,33 @@ std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status)
       }
     }
   } else if (!status.success()) {
-    failures_.push_back({local_rank, status, true});
+    bool known = false;  // taken for hung before it exited: its failure is recorded already
+    for (const auto& f : failures_) known = known || f.local_rank == local_rank;
+    if (!known) failures_.push_back({local_rank, status, true});
   }
   auto rest = after_exit();
   out.insert(out.end(), rest.begin(), rest.end());
+  return out;
+}
+
+std::vector<Action> AgentCore::on_worker_hung(int local_rank) {
+  if (phase_ != Phase::running && phase_ != Phase::stopping) return {};
+  if (local_rank < 0 || local_rank >= nproc_ || !alive_[static_cast<std::size_t>(local_rank)]) return {};
+  for (const auto& f : failures_) {
+    if (f.local_rank == local_rank) return {};
+  }
+  ExitStatus killed{true, SIGKILL};
+  if (phase_ == Phase::stopping) {  // silent beside another failure: a failure of its own
+    failures_.push_back({local_rank, killed, reason_ != StopReason::failure});
+    return {};
+  }
+  failures_.push_back({local_rank, killed, false});
+  phase_ = Phase::stopping;
+  reason_ = StopReason::failure;
+  std::vector<Action> out;
+  if (coordinated_) out.push_back(action::ReportFailure{local_rank});
+  out.push_back(action::SignalWorkers{SIGTERM});
+  out.push_back(action::ArmShutdownTimer{});
   return out;
 }
 

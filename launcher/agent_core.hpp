@@ -98,6 +98,11 @@ class AgentCore {
   // Coordinated mode: the rendezvous is gone past the reconnect window.
   std::vector<Action> on_rendezvous_lost();
   std::vector<Action> on_worker_exit(int local_rank, ExitStatus status);
+  // --worker-timeout: the agent took the worker for hung and sent it SIGKILL.
+  // It has failed from now on, as if it had died of SIGKILL, though its exit
+  // is not seen yet (a worker stuck in the kernel may never exit): the others
+  // are stopped, and the shutdown timer bounds the wait for all of them.
+  std::vector<Action> on_worker_hung(int local_rank);
   std::vector<Action> on_signal(int signo);
   std::vector<Action> on_shutdown_timer();
 

@@ -519,7 +519,7 @@ void Agent::report_to_rendezvous_failure(int local_rank) {
   auto it = exits_.find(local_rank);
   pid_t pid = it != exits_.end() ? it->second.pid : 0;
   f.pid = static_cast<int>(pid);
-  f.exitcode = it != exits_.end() ? it->second.status.torch_exitcode() : 1;
+  f.exitcode = it != exits_.end() ? it->second.status.torch_exitcode() : hung_.count(local_rank) ? -SIGKILL : 1;
   auto pf = make_process_failure(f.global_rank, local_rank, pid, f.exitcode, error_files_[local_rank],
                                  static_cast<long long>(time(nullptr)), false);
   note_hung(local_rank, pf.message);

@@ -28,11 +28,13 @@ void OutputPump::read_more() {
   if (targets_.writer != nullptr) {
     for (int fd : {targets_.file_fd, targets_.console_fd, targets_.filtered_fd}) {
       if (fd >= 0 && targets_.writer->full(fd)) {
+        set_blocked(true);
         targets_.writer->when_room(fd, [self] { self->read_more(); });
         return;
       }
     }
   }
+  set_blocked(false);
   pipe_.async_read_some(boost::asio::buffer(buf_), [self](const boost::system::error_code& ec, std::size_t n) {
     if (self->eof_) return;  // stopped meanwhile
     if (n > 0) {
@@ -47,11 +49,18 @@ void OutputPump::read_more() {
   });
 }
 
+void OutputPump::set_blocked(bool blocked) {
+  if (blocked == blocked_) return;
+  blocked_ = blocked;
+  if (targets_.on_blocked) targets_.on_blocked(blocked);
+}
+
 void OutputPump::stop() { at_eof(); }
 
 void OutputPump::abandon() {
   on_eof_ = nullptr;
   targets_.on_activity = nullptr;
+  targets_.on_blocked = nullptr;
   at_eof();
   targets_.writer = nullptr;
 }
@@ -88,6 +97,7 @@ void OutputPump::emit_line(std::string_view line, bool /*complete*/) {
 void OutputPump::at_eof() {
   if (eof_) return;
   eof_ = true;
+  set_blocked(false);
   splitter_.finish([this](std::string_view line, bool complete) { emit_line(line, complete); });
   boost::system::error_code ignored;
   pipe_.cancel(ignored);

@@ -30,8 +30,10 @@ struct PumpTargets {
   // The console gets the bytes as they come, unsplit and unprefixed (a
   // stream muster only watches: --worker-timeout without --tee).
   bool raw_console = false;
-  // Called for every read that brought bytes (--worker-timeout's progress).
+  // Called for every read that brought bytes (--worker-timeout's progress),
+  // and with true when reading stops for a full sink, false when it goes on.
   std::function<void()> on_activity;
+  std::function<void(bool)> on_blocked;
 };
 
 class OutputPump : public std::enable_shared_from_this<OutputPump> {
@@ -63,6 +65,8 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   std::array<char, 65536> buf_{};
   std::string line_buf_;
   bool eof_ = false;
+  bool blocked_ = false;
+  void set_blocked(bool blocked);
   std::function<void()> on_eof_;
 };
 

@@ -14,6 +14,18 @@ namespace muster::launcher {
 
 void ProgressWatch::start(int nproc, Clock::time_point now) {
   last_.assign(static_cast<std::size_t>(std::max(nproc, 0)), now);
+  held_.assign(last_.size(), 0);
+}
+
+void ProgressWatch::progress_all(Clock::time_point now) {
+  for (std::size_t i = 0; i < last_.size(); ++i) progress(static_cast<int>(i), now);
+}
+
+void ProgressWatch::hold(int local_rank, bool held, Clock::time_point now) {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= held_.size()) return;
+  auto& h = held_[static_cast<std::size_t>(local_rank)];
+  h = std::max(0, h + (held ? 1 : -1));
+  progress(local_rank, now);
 }
 
 void ProgressWatch::progress(int local_rank, Clock::time_point now) {
@@ -30,7 +42,7 @@ void ProgressWatch::stop(int local_rank) {
 std::vector<ProgressWatch::Silent> ProgressWatch::silent(Clock::time_point now) const {
   std::vector<Silent> out;
   for (std::size_t i = 0; i < last_.size(); ++i) {
-    if (!last_[i]) continue;
+    if (!last_[i] || held_[i] > 0) continue;
     auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - *last_[i]);
     if (quiet >= timeout_) out.push_back({static_cast<int>(i), quiet});
   }
@@ -103,26 +115,27 @@ std::vector<TcpRow> parse_proc_net_tcp(std::string_view text) {
   return rows;
 }
 
-std::optional<int> local_socket_owner(int local_port, int remote_port,
-                                      const std::vector<std::pair<int, pid_t>>& candidates,
-                                      const std::string& proc_root) {
-  std::vector<unsigned long long> inodes;
+std::map<int, int> local_socket_owners(const std::vector<int>& local_ports, int remote_port,
+                                       const std::vector<std::pair<int, pid_t>>& candidates,
+                                       const std::string& proc_root) {
+  std::map<int, int> owners;
+  std::map<unsigned long long, int> port_of_inode;
   for (const char* table : {"/net/tcp", "/net/tcp6"}) {
     for (const auto& row : parse_proc_net_tcp(read_all(proc_root + table))) {
-      if (row.local_port == local_port && row.remote_port == remote_port) inodes.push_back(row.inode);
+      if (row.remote_port == remote_port &&
+          std::find(local_ports.begin(), local_ports.end(), row.local_port) != local_ports.end()) {
+        port_of_inode[row.inode] = row.local_port;
+      }
     }
   }
-  if (inodes.empty()) return std::nullopt;
+  if (port_of_inode.empty()) return owners;
   for (const auto& [local_rank, pid] : candidates) {
     if (pid <= 0) continue;
     std::string dir = proc_root + "/" + std::to_string(pid) + "/fd";
     DIR* d = ::opendir(dir.c_str());
     if (d == nullptr) continue;
-    std::optional<int> found;
     // Bounded by the process's descriptors; a worker holds few.
-    while (!found) {
-      dirent* e = ::readdir(d);
-      if (e == nullptr) break;
+    while (dirent* e = ::readdir(d)) {
       if (e->d_name[0] == '.') continue;
       char link[64];
       ssize_t n = ::readlinkat(::dirfd(d), e->d_name, link, sizeof link - 1);
@@ -131,12 +144,12 @@ std::optional<int> local_socket_owner(int local_port, int remote_port,
       constexpr std::string_view kSocket = "socket:[";
       if (target.substr(0, kSocket.size()) != kSocket || target.back() != ']') continue;
       auto inode = parse_number(target.substr(kSocket.size(), target.size() - kSocket.size() - 1), 10);
-      if (inode && std::find(inodes.begin(), inodes.end(), *inode) != inodes.end()) found = local_rank;
+      if (!inode) continue;
+      if (auto it = port_of_inode.find(*inode); it != port_of_inode.end()) owners[it->second] = local_rank;
     }
     ::closedir(d);
-    if (found) return found;
   }
-  return std::nullopt;
+  return owners;
 }
 
 }  // namespace muster::launcher

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,10 +37,20 @@ class ProgressWatch {
   // A new group of nproc workers, started now: each has made progress now.
   void start(int nproc, Clock::time_point now);
   void progress(int local_rank, Clock::time_point now);
+  // Every watched worker: progress now (the agent itself was held up, so
+  // what the workers did meanwhile is not known yet).
+  void progress_all(Clock::time_point now);
+  // A worker blocked on a stream muster cannot pass on yet (a full console)
+  // is not silent: held from hold(true) until hold(false), which counts as
+  // progress. Holds nest (two streams).
+  void hold(int local_rank, bool held, Clock::time_point now);
   // An exited worker is no longer watched.
   void stop(int local_rank);
   // No group (stopped, or between attempts).
-  void clear() { last_.clear(); }
+  void clear() {
+    last_.clear();
+    held_.clear();
+  }
 
   struct Silent {
     int local_rank = 0;
@@ -54,6 +65,7 @@ class ProgressWatch {
  private:
   std::chrono::milliseconds timeout_;
   std::vector<std::optional<Clock::time_point>> last_;  // nullopt: not watched
+  std::vector<int> held_;
 };
 
 // "3 s", "2.5 s": a duration as the agent's messages give it.
@@ -68,13 +80,13 @@ struct TcpRow {
 // The rows of a /proc/net/tcp{,6} text; lines that do not parse are skipped.
 std::vector<TcpRow> parse_proc_net_tcp(std::string_view text);
 
-// Which of the candidates (local rank, pid) holds the local TCP socket whose
-// own port is local_port and whose peer's port is remote_port: the store
-// connection a worker opened, seen from the store's side as peer port
-// local_port. Reads proc_root/net/tcp, tcp6 and proc_root/PID/fd. nullopt
-// when none does (another process, or the socket is gone).
-std::optional<int> local_socket_owner(int local_port, int remote_port,
-                                      const std::vector<std::pair<int, pid_t>>& candidates,
-                                      const std::string& proc_root = "/proc");
+// Which of the candidates (local rank, pid) holds each local TCP socket whose
+// own port is one of local_ports and whose peer's port is remote_port: the
+// store connections workers opened, seen from the store's side as peer ports.
+// Reads proc_root/net/tcp and tcp6 once, and proc_root/PID/fd of each
+// candidate once. Returns local port -> local rank, for the ports found.
+std::map<int, int> local_socket_owners(const std::vector<int>& local_ports, int remote_port,
+                                       const std::vector<std::pair<int, pid_t>>& candidates,
+                                       const std::string& proc_root = "/proc");
 
 }  // namespace muster::launcher

@@ -1,7 +1,14 @@
 // --worker-timeout on the agent's event loop: feeds a ProgressWatch from the
 // workers' output pumps, the store this agent hosts and the file-based
 // watchdog's pipe, looks at it every check_interval(), and hands the silent
-// workers to the agent, which stops them as failed (docs/hangs.md).
+// workers to the agent, which fails them (docs/hangs.md).
+//
+// Store requests are attributed lazily: a request over a connection from this
+// machine that is not known to be a worker's only records its time; only when
+// some worker looks silent are such connections looked up in /proc (once per
+// check, all of them in one pass), so the store's own loop never reads /proc
+// and never waits on it for a request. Connections from other machines are
+// not remembered at all.
 #pragma once
 
 #include <sys/types.h>
@@ -20,8 +27,9 @@
 
 namespace muster::launcher {
 
-// Store connections remembered as a worker's or as none: at most this many
-// per attempt (a worker opening more is still watched through its output).
+// Connections from this machine remembered per attempt (a worker's, or not
+// known yet): past this, new ones are not followed (a worker is still watched
+// through its output). A closed connection is forgotten.
 constexpr std::size_t kMaxWatchedStoreConnections = 4096;
 
 class WorkerTimeout {
@@ -34,23 +42,38 @@ class WorkerTimeout {
   WorkerTimeout(const WorkerTimeout&) = delete;
   WorkerTimeout& operator=(const WorkerTimeout&) = delete;
 
+  // The callbacks for the output pumps of the group that the next start()
+  // begins (a later group's pumps are not confused with it): a read that
+  // brought bytes, and a stream held back by a full sink (true) or let go.
+  std::function<void()> output_of(int local_rank);
+  std::function<void(bool)> blocked_of(int local_rank);
   // A group of nproc workers started now; the checks run until stop().
   void start(int nproc);
   void stop();
   void exited(int local_rank) { watch_.stop(local_rank); }
 
-  // What an output pump of this group calls on each read (a later group's
-  // pumps are not confused with it).
-  std::function<void()> output_of(int local_rank);
-  // A request on the store this agent hosts; store_port is that store's port.
+  // A request on a store this agent hosts (listening on store_port), over
+  // connection conn from peer; and that connection's end.
   void store_request(std::uint64_t conn, const boost::asio::ip::tcp::endpoint& peer, int store_port);
+  void store_closed(std::uint64_t conn, int store_port);
   // A valid request on the file-based watchdog's pipe, naming pid.
   void timer_request(pid_t pid);
   std::chrono::milliseconds timeout() const { return watch_.timeout(); }
 
  private:
+  struct StoreConn {
+    int owner = -1;  // local rank, -1 while not known
+    int peer_port = 0;
+    int store_port = 0;
+    ProgressWatch::Clock::time_point last{};  // the last request while not known
+  };
   void arm();
+  void check();
+  void attribute_store_connections();
   bool is_local(const boost::asio::ip::address& a) const;
+  static std::uint64_t key(std::uint64_t conn, int store_port) {
+    return (static_cast<std::uint64_t>(store_port) << 48) | (conn & ((std::uint64_t{1} << 48) - 1));
+  }
 
   boost::asio::io_context& io_;
   ProgressWatch watch_;
@@ -59,7 +82,8 @@ class WorkerTimeout {
   boost::asio::steady_timer timer_;
   std::uint64_t generation_ = 0;
   bool running_ = false;
-  std::unordered_map<std::uint64_t, int> store_conns_;  // connection -> local rank, or -1: none of ours
+  ProgressWatch::Clock::time_point last_check_{};
+  std::unordered_map<std::uint64_t, StoreConn> store_conns_;
   std::vector<boost::asio::ip::address> own_addresses_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -106,14 +106,22 @@ def slurm_port(job, step):
 
 
 def free_port():
-    """A port free now, for a server the test starts next. It is chosen below the kernel's
-    ephemeral range (10000-19999), so no connection's automatic source port can take it
-    between this check and the server's bind; only another explicit choice could, and the
-    choice is random."""
+    """A port free now, for a server the test starts next. It is chosen outside the kernel's
+    ephemeral range (net.ipv4.ip_local_port_range), so no connection's automatic source port
+    can take it between this check and the server's bind; only another explicit choice could,
+    and the choice is random. 10000-19999 unless that range overlaps the ephemeral one."""
     import random
     import socket
+    low, high = 10000, 20000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first, last = (int(x) for x in f.read().split())
+        if first < high and last >= low:  # overlapping: take the ports below it (or above)
+            low, high = (1024, first) if first - 1024 >= 2000 else (last + 1, 65536)
+    except (OSError, ValueError):
+        pass
     for _ in range(200):
-        port = random.randrange(10000, 20000)
+        port = random.randrange(low, high)
         with socket.socket() as s:
             try:
                 s.bind(("", port))

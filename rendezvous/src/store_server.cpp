@@ -241,6 +241,7 @@ void StoreServer::dispatch(std::vector<Reply>& replies, ConnId from) {
 void StoreServer::forget(ConnId id) {
   state_.disconnect(id);
   sessions_.erase(id);
+  if (close_observer_) close_observer_(id);
 }
 
 void StoreServer::reset() {

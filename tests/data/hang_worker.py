@@ -9,6 +9,7 @@
   timer:   silent on stdout and stderr; writes a file-timer acquire and release
            (TORCHELASTIC_TIMER_FILE, FileTimerClient's format) every 0.2 s for
            <seconds>, then exits 0.
+  flood:   writes <seconds> MiB to stdout in 1 KiB lines, then exits 0.
   partial: writes 'a\\nb\\nc' with no final newline, then exits 0.
 Each worker records its pid and attempt in <out>/pid_<rank>_<attempt>."""
 import os
@@ -76,6 +77,12 @@ if mode == "timer":
                                "signal": 9}) + "\n"
             os.write(fd, line.encode())
         time.sleep(0.2)
+    sys.exit(0)
+
+if mode == "flood":
+    line = ("x" * 1023 + "\n").encode()
+    for _ in range(int(seconds * 1024)):
+        os.write(1, line)
     sys.exit(0)
 
 if mode == "partial":

@@ -229,19 +229,29 @@ class Cluster:
             time.sleep(0.25)
         raise AssertionError(f"job {job} still {state} after {seconds * self.slack:.0f} s")
 
-    def node_daemon_pids(self):
-        """The pids of the slurmd processes and their namespace wrappers."""
-        return {p.pid for _, p in self.procs}
-
     # ---- tear-down ----------------------------------------------------------
     def stop(self):
-        for name, p in reversed(self.procs):
+        """Everything the cluster started goes, each step on its own so that one failing
+        does not leave the rest behind: every process in the nodes' namespaces (slurmd,
+        slurmstepd and the jobs' tasks, which live in sessions of their own), then the
+        daemons in this namespace, then the namespaces and the bridge."""
+        for ns in self.netns:
+            try:
+                r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=20)
+                for pid in r.stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        for _, p in self.procs:
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        for name, p in reversed(self.procs):
+        for _, p in self.procs:
             try:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -249,8 +259,13 @@ class Cluster:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                p.wait(timeout=15)
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    pass
         self.procs = []
-        for ns in self.netns:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=20)
+        for cmd in [["ip", "netns", "del", ns] for ns in self.netns] + [["ip", "link", "del", self.bridge]]:
+            try:
+                subprocess.run(cmd, capture_output=True, timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                pass

@@ -36,9 +36,15 @@ def cluster(tmp_path_factory):
     missing = slurm_cluster.missing_tools()
     assert not missing, f"Slurm tools missing: {missing}: run scripts/install-deps.sh (it installs slurm-wlm and munge)"
     c = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm"), slack=SLACK).start()
-    yield c
-    c.run(["scancel", "--user=root", "--full"], check=False)
-    c.stop()
+    try:
+        yield c
+    finally:
+        try:  # the jobs first, so that their steps end as Slurm ends them
+            c.run(["scancel", "--user=root", "--full"], check=False)
+            wait_for(lambda: not c.run(["squeue", "-h"], check=False).stdout.strip(), 30 * SLACK, interval=0.25)
+        except Exception:  # noqa: BLE001 - whatever happened, stop() still runs
+            pass
+        c.stop()
 
 
 def job_env(cluster, marker, **extra):

@@ -4,9 +4,11 @@ crash (restarting while restarts remain). Output on stdout or stderr and
 requests on the store the agent hosts are progress; the streams still reach
 the console unchanged."""
 import re
+import signal
 import subprocess
+import time
 
-from muster_testing import DATA, SLACK, base_env, run_muster
+from muster_testing import DATA, MUSTER, SLACK, base_env, run_muster, wait_for
 
 WORKER = str(DATA / "hang_worker.py")
 # Where progress must keep workers alive: a timeout well above a loaded machine's Python start-up
@@ -26,7 +28,7 @@ def test_a_silent_worker_is_killed_and_the_group_restarts(tmp_path):
                   r"hung: sending SIGKILL", r.stderr)
     assert m, r.stderr[-3000:]
     assert int(m.group(1)) == int((tmp_path / "pid_1_0").read_text())
-    assert float(m.group(2)) >= QUICK
+    assert float(m.group(2)) >= QUICK - 0.05  # said to a tenth of a second
     assert "rank 0 (" not in r.stderr.split("worker watchdog:")[1].split("\n")[0]  # rank 0 had exited: not watched
     assert (tmp_path / "pid_0_1").exists() and (tmp_path / "pid_1_1").exists()  # the second attempt ran
     assert r.stdout.count("rank 1 started") == 1
@@ -69,6 +71,32 @@ def test_file_timer_requests_are_progress(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "worker watchdog" not in r.stderr
     assert r.stdout == ""
+
+
+def test_a_worker_held_back_by_a_console_nobody_reads_is_not_silent(tmp_path):
+    # 8 MiB of output into a pipe the test leaves unread for three times the timeout: the
+    # worker blocks on its writes, which is muster holding it back, not a hang.
+    p = subprocess.Popen([MUSTER, f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), "flood", "8"], env=base_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(3 * PATIENT)
+    out, err = p.communicate(timeout=120 * SLACK)
+    assert p.returncode == 0, err.decode()[-3000:]
+    assert b"worker watchdog" not in err
+    assert len(out) == 8 * 1024 * 1024
+
+
+def test_an_agent_held_up_does_not_charge_its_own_pause_to_the_workers(tmp_path):
+    # The agent is stopped for twice the timeout while its workers go on printing; when it
+    # resumes, their output has not been read yet: that is no silence of theirs.
+    p = subprocess.Popen([MUSTER, "--nproc-per-node=2", f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), "chatty",
+                          str(5 * PATIENT)], env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: (tmp_path / "pid_0_0").exists() and (tmp_path / "pid_1_0").exists(), 60 * SLACK)
+    p.send_signal(signal.SIGSTOP)
+    time.sleep(2 * PATIENT)
+    p.send_signal(signal.SIGCONT)
+    out, err = p.communicate(timeout=120 * SLACK)
+    assert p.returncode == 0, err[-3000:]
+    assert "worker watchdog" not in err
 
 
 def test_the_streams_reach_the_console_unchanged(tmp_path):

@@ -169,6 +169,47 @@ TEST_CASE("coordinated: a finish order stops the workers, then the job finishes 
   CHECK(core.stop_reason() == StopReason::ordered);
 }
 
+TEST_CASE("a worker taken for hung fails the group before its exit is seen", "[core]") {
+  AgentCore core(2, 1);
+  core.start();
+  auto hung = core.on_worker_hung(1);
+  CHECK(has<action::SignalWorkers>(hung));
+  CHECK(has<action::ArmShutdownTimer>(hung));
+  CHECK(core.phase() == Phase::stopping);
+  CHECK(core.stop_reason() == StopReason::failure);
+  REQUIRE(core.failures().size() == 1);
+  CHECK(core.failures()[0].local_rank == 1);
+  CHECK(core.failures()[0].status.torch_exitcode() == -SIGKILL);
+  CHECK_FALSE(core.failures()[0].stopped_by_agent);
+  CHECK(core.on_worker_hung(1).empty());  // once
+  CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == -1);
+  CHECK(core.failures().size() == 2);
+  CHECK(core.failures()[1].stopped_by_agent);
+  auto last = core.on_worker_exit(1, sig(SIGKILL));  // its exit: no second failure, the group restarts
+  CHECK(has<action::StartWorkers>(last));
+  CHECK(core.restart_count() == 1);
+}
+
+TEST_CASE("a hung worker that never exits is given up on after the kill", "[core]") {
+  AgentCore core(1, 3);
+  core.start();
+  core.on_worker_hung(0);
+  auto kill = core.on_shutdown_timer();
+  CHECK(has<action::KillWorkers>(kill));
+  auto end = core.on_shutdown_timer();
+  CHECK(has<action::AbandonWorkers>(end));
+  CHECK(finish_code(end) == 1);
+}
+
+TEST_CASE("coordinated: a hung worker is reported to the rendezvous", "[core]") {
+  AgentCore core(2, 0, true);
+  core.on_assignment(0);
+  CHECK(has<action::ReportFailure>(core.on_worker_hung(0)));
+  CHECK(core.on_worker_hung(1).empty());  // silent too, beside the first: its own failure, no new action
+  CHECK(core.failures().size() == 2);
+  CHECK_FALSE(core.failures()[1].stopped_by_agent);
+}
+
 TEST_CASE("coordinated: local success is reported and waits for the job's end", "[core]") {
   AgentCore core(1, 0, true);
   core.on_assignment(0);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "cli.hpp"
@@ -46,6 +47,24 @@ TEST_CASE("progress watch: exited workers and stray ranks are not watched", "[pr
   CHECK(s[0].local_rank == 1);
   w.clear();
   CHECK(w.silent(t0 + 60s).empty());
+}
+
+TEST_CASE("progress watch: a worker held on a full console is not silent", "[progress]") {
+  ProgressWatch w(1000ms);
+  auto t0 = Clock::time_point{} + 5s;
+  w.start(2, t0);
+  w.hold(0, true, t0 + 100ms);
+  w.hold(0, true, t0 + 100ms);  // both streams
+  auto s = w.silent(t0 + 10s);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].local_rank == 1);
+  w.hold(0, false, t0 + 10s);
+  CHECK(w.silent(t0 + 12s).size() == 1);  // still held by the other stream
+  w.hold(0, false, t0 + 12s);  // released: counted from here
+  CHECK(w.silent(t0 + 12500ms).size() == 1);
+  CHECK(w.silent(t0 + 13s).size() == 2);
+  w.progress_all(t0 + 20s);
+  CHECK(w.silent(t0 + 20500ms).empty());
 }
 
 TEST_CASE("progress watch: checks a tenth of the timeout, within bounds", "[progress]") {
@@ -103,11 +122,16 @@ TEST_CASE("the owner of a local socket is found through the process's descriptor
     fs::create_symlink("socket:[" + std::to_string(inode) + "]", root / std::to_string(pid) / "fd" / "3");
   }
   std::vector<std::pair<int, pid_t>> workers = {{0, 101}, {1, 202}, {2, 0}};
-  CHECK(local_socket_owner(40001, 30000, workers, root.string()) == 1);
-  CHECK_FALSE(local_socket_owner(40000, 30000, workers, root.string()));  // 4242 is nobody's here
-  CHECK_FALSE(local_socket_owner(40001, 29999, workers, root.string()));  // another peer
-  CHECK_FALSE(local_socket_owner(40001, 30000, {{0, 101}}, root.string()));
-  fs::remove_all(root);
+  auto root_text = root.string();
+  fs::path cleanup = root;
+  struct Remove {
+    fs::path p;
+    ~Remove() { fs::remove_all(p); }
+  } remove{cleanup};
+  CHECK(local_socket_owners({40001, 40000}, 30000, workers, root_text) == std::map<int, int>{{40001, 1}});
+  CHECK(local_socket_owners({40000}, 30000, workers, root_text).empty());  // 4242 is nobody's here
+  CHECK(local_socket_owners({40001}, 29999, workers, root_text).empty());  // another peer
+  CHECK(local_socket_owners({40001}, 30000, {{0, 101}}, root_text).empty());
 }
 
 TEST_CASE("durations as the agent says them", "[progress]") {

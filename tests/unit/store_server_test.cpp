@@ -38,6 +38,7 @@ struct ServerThread {
     std::promise<std::size_t> p;
     auto f = p.get_future();
     boost::asio::post(io, [&] { p.set_value(server->state().pending_waits()); });
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);  // the server's thread answers
     return f.get();
   }
 };

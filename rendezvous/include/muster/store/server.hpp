@@ -37,6 +37,8 @@ class StoreServer {
   // worker's connection as that worker's progress).
   using RequestObserver = std::function<void(ConnId, const boost::asio::ip::tcp::endpoint& peer)>;
   void observe_requests(RequestObserver fn) { observer_ = std::move(fn); }
+  // Called when a connection has gone (its id is not used again by this server).
+  void observe_closes(std::function<void(ConnId)> fn) { close_observer_ = std::move(fn); }
   // Forgets every key and closes every connection (a new attempt of the job).
   void reset();
   void close();
@@ -60,6 +62,7 @@ class StoreServer {
   std::shared_ptr<bool> alive_;
   Diverter diverter_;
   RequestObserver observer_;
+  std::function<void(ConnId)> close_observer_;
 };
 
 }  // namespace muster::store
