@@ -14,17 +14,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${1:-python3}
 deps=$PWD/.gpu-deps
-log=${OUT:+$OUT/gpu-check.txt}
-say() { echo "gpu-check: $*"; [ -z "$log" ] || echo "gpu-check: $*" >> "$log"; }
-run() {  # run NAME SECONDS CMD...: one bounded step, its output kept
-  local name=$1 limit=$2; shift 2
-  say "== $name (at most ${limit}s)"
-  local t0=$SECONDS rc
-  if [ -n "$log" ]; then timeout -k 10 "$limit" "$@" 2>&1 | tee -a "$log"; rc=${PIPESTATUS[0]}
-  else timeout -k 10 "$limit" "$@" 2>&1; rc=$?; fi
-  say "-- $name: exit $rc in $((SECONDS - t0))s"
-  return "$rc"
-}
+TAG=gpu-check LOG=${OUT:+$OUT/gpu-check.txt}
+. scripts/lib/steps.sh
 [ -d "$deps/include/boost" ] || { say ".gpu-deps is missing: run scripts/gpu-deps.sh where Debian's packages are"; exit 1; }
 nccl=$("$py" -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null)
 [ -f "$nccl/include/nccl.h" ] || { say "no NCCL wheel in $py (pip install nvidia-nccl-cu13)"; exit 1; }
@@ -40,8 +31,6 @@ run configure 120 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMUSTER_WI
   -DCatch2_DIR="$deps/lib/cmake/Catch2" -DOPENSSL_ROOT_DIR="$deps" -DOPENSSL_INCLUDE_DIR="$deps/include" \
   -DOPENSSL_CRYPTO_LIBRARY="$deps/lib/ossl/libcrypto.so" || exit $?
 run build 300 cmake --build build-gpu -j "$jobs" --target muster musterd nccl_tool ddp_cuda nccl_bench || exit $?
-status=0
-keep() { local rc=$?; [ "$status" -ne 0 ] || status=$rc; }  # the first failure decides
 export MUSTER_BIN=$PWD/build-gpu/launcher/muster MUSTERD_BIN=$PWD/build-gpu/rendezvous/musterd \
   MUSTER_NCCL_TOOL=$PWD/build-gpu/tests/nccl_tool PYTHON_EXEC=$(command -v "$py")
 if "$py" -c "import pytest" 2>/dev/null; then

@@ -13,17 +13,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${1:-python3}
-log=${OUT:+$OUT/scale-check.txt}
-say() { echo "scale-check: $*"; [ -z "$log" ] || echo "scale-check: $*" >> "$log"; }
-run() {  # run NAME SECONDS CMD...: one bounded step, its output kept
-  local name=$1 limit=$2; shift 2
-  say "== $name (at most ${limit}s)"
-  local t0=$SECONDS rc
-  if [ -n "$log" ]; then timeout -k 10 "$limit" "$@" 2>&1 | tee -a "$log"; rc=${PIPESTATUS[0]}
-  else timeout -k 10 "$limit" "$@" 2>&1; rc=$?; fi
-  say "-- $name: exit $rc in $((SECONDS - t0))s"
-  return "$rc"
-}
+TAG=scale-check LOG=${OUT:+$OUT/scale-check.txt}
+. scripts/lib/steps.sh
 [ -f build-gpu/CMakeCache.txt ] || { say "build-gpu is not configured: run scripts/gpu-check.sh first"; exit 1; }
 want=250000
 ulimit -Hn "$want" 2> /dev/null; ulimit -Sn "$want" 2> /dev/null
@@ -32,8 +23,6 @@ say "$(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; RLIMIT_NOFILE so
 "$py" -c "import torch; print('scale-check: torch', torch.__version__)"
 jobs=$(( $(nproc) > 16 ? 16 : $(nproc) ))
 run build 240 cmake --build build-gpu -j "$jobs" --target musterd rendezvous_bench init_storm store_tool || exit $?
-status=0
-keep() { local rc=$?; [ "$status" -ne 0 ] || status=$rc; }  # the first failure decides
 run rendezvous 200 build-gpu/bench/rendezvous_bench build-gpu/rendezvous/musterd 10000 100000 || keep
 MUSTER_STORM_TIMEOUT=100 run init-storm 330 "$py" bench/store/init_storm.py build-gpu 10000 100000 \
   --servers muster,torch || keep
