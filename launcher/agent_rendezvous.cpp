@@ -538,8 +538,9 @@ void Agent::report_to_rendezvous_failure(int local_rank) {
 void Agent::report_job_failure() {
   const auto& root = *job_root_cause_;
   bool root_is_here = root.host == node_address_ && !core_.failures().empty();
-  if (cfg_.one_report_per_job && group_.group_rank != 0) {
-    // One stream for the whole job (a Slurm step): node rank 0 prints the report.
+  if (cfg_.one_report_per_job && (group_.group_rank != 0 || worker_group_starts_ == 0)) {
+    // One stream for the whole job (a Slurm step): node rank 0 prints the report
+    // (an agent that never started workers holds no node rank).
     say("muster: rank " + std::to_string(root.global_rank) + " on " + root.host + " failed (exitcode " +
         std::to_string(root.exitcode) + "); node rank 0's agent prints the job's failure report\n");
     if (root_is_here) {
