@@ -59,7 +59,7 @@ TEST_CASE("every rank together covers the dataset once per epoch, differently pe
 }
 
 TEST_CASE("bad replicas or rank are refused", "[sampler]") {
-  CHECK_THROWS_AS(DistributedSampler(10, 0, 0), std::invalid_argument);
-  CHECK_THROWS_AS(DistributedSampler(10, 2, 2), std::invalid_argument);
-  CHECK_THROWS_AS(DistributedSampler(10, 2, -1), std::invalid_argument);
+  CHECK_THROWS_AS(DistributedSampler(10, 0, 0), muster::Error);
+  CHECK_THROWS_AS(DistributedSampler(10, 2, 2), muster::Error);
+  CHECK_THROWS_AS(DistributedSampler(10, 2, -1), muster::Error);
 }

@@ -18,7 +18,7 @@ constexpr int64_t kRandperm64BitThreshold = 214748364;  // UINT32_MAX / 20
 }  // namespace
 
 std::vector<int64_t> randperm(int64_t n, uint64_t seed) {
-  if (n < 0) throw std::invalid_argument("randperm: n must be non-negative, got " + std::to_string(n));
+  if (n < 0) throw Error("randperm: n must be non-negative, got " + std::to_string(n));
   std::vector<int64_t> r(static_cast<std::size_t>(n));
   std::mt19937 engine(static_cast<uint32_t>(seed & 0xffffffffULL));
   if (n < kRandperm64BitThreshold) {
@@ -46,11 +46,11 @@ DistributedSampler::DistributedSampler(std::size_t dataset_size, const ProcessGr
 DistributedSampler::DistributedSampler(std::size_t dataset_size, int num_replicas, int rank, SamplerOptions options)
     : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {
   if (num_replicas < 1) {
-    throw std::invalid_argument("DistributedSampler: num_replicas must be at least 1, got " +
+    throw Error("DistributedSampler: num_replicas must be at least 1, got " +
                                 std::to_string(num_replicas));
   }
   if (rank < 0 || rank >= num_replicas) {
-    throw std::invalid_argument("Invalid rank " + std::to_string(rank) + ", rank should be in the interval [0, " +
+    throw Error("Invalid rank " + std::to_string(rank) + ", rank should be in the interval [0, " +
                                 std::to_string(num_replicas - 1) + "]");
   }
   auto r = static_cast<std::size_t>(num_replicas);

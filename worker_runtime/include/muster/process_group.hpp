@@ -16,6 +16,8 @@
 // called by one thread at a time, in the same order on every rank.
 #pragma once
 
+#include "muster/error.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -62,17 +64,8 @@ constexpr DataType data_type_of() {
   else static_assert(sizeof(T) == 0, "muster collectives take float, double, int32_t, int64_t, BFloat16 or Half");
 }
 
-// What every failure of the process group throws: the message says which
-// rank, which operation and why.
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-// A collective or the group's set-up ran past the group's timeout.
-class TimeoutError : public Error {
- public:
-  using Error::Error;
-};
+// What every failure of the process group throws: muster::Error and
+// muster::TimeoutError (muster/error.hpp).
 
 struct ProcessGroupOptions {
   // Unset fields come from the environment: RANK, WORLD_SIZE, LOCAL_RANK,

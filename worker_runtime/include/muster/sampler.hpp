@@ -4,6 +4,8 @@
 // with a generator seeded by manual_seed(seed).
 #pragma once
 
+#include "muster/error.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -24,7 +26,7 @@ struct SamplerOptions {
 
 class DistributedSampler {
  public:
-  // Throws std::invalid_argument for num_replicas < 1 or rank outside [0, num_replicas).
+  // Throws muster::Error for num_replicas < 1 or rank outside [0, num_replicas).
   DistributedSampler(std::size_t dataset_size, int num_replicas, int rank, SamplerOptions options = {});
   // num_replicas = group.size(), rank = group.rank(), as torch's sampler
   // takes them from the default group.
