@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from muster_testing import DATA, MUSTER, SLACK, base_env, run_muster, wait_for
 
 WORKER = str(DATA / "hang_worker.py")
@@ -52,22 +54,15 @@ def test_output_is_progress(tmp_path):
     assert r.stdout.count("rank 0 working") >= 10 and r.stdout.count("rank 1 working") >= 10
 
 
-def test_store_requests_are_progress(tmp_path):
-    # Silent on both streams for three times the timeout: only the requests on the agent's
-    # store keep the workers alive.
-    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), "store",
-                    str(3 * PATIENT)],
-                   timeout=120 * SLACK)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "worker watchdog" not in r.stderr
-    assert r.stdout == ""
-
-
-def test_file_timer_requests_are_progress(tmp_path):
-    env = base_env(TORCHELASTIC_ENABLE_FILE_TIMER="1", TORCHELASTIC_TIMER_FILE=str(tmp_path / "timer.pipe"))
-    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), "timer",
-                    str(3 * PATIENT)],
-                   env=env, timeout=120 * SLACK)
+@pytest.mark.parametrize("mode", ["store", "timer"])
+def test_requests_are_progress(tmp_path, mode):
+    # Silent on both streams for three times the timeout: only the requests (on the agent's
+    # store, or on the file-timer pipe) keep the workers alive.
+    env = base_env()
+    if mode == "timer":
+        env = base_env(TORCHELASTIC_ENABLE_FILE_TIMER="1", TORCHELASTIC_TIMER_FILE=str(tmp_path / "timer.pipe"))
+    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), mode,
+                    str(3 * PATIENT)], env=env, timeout=120 * SLACK)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "worker watchdog" not in r.stderr
     assert r.stdout == ""
