@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/syscall.h>
+#include <dirent.h>
 #include <unistd.h>
 
 
@@ -12,6 +13,7 @@
 #include <csignal>
 #include <cstring>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -181,8 +183,53 @@ void Agent::watch_store() {
   });
 }
 
-void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& silent) {
+void Agent::prepare_run_path_barrier() {
+  if (!cfg_.run_path) return;
+  remove_run_path_barrier();
+  std::string tmpl = env_or(env_, "TMPDIR", "/tmp");
+  if (tmpl.empty()) tmpl = "/tmp";
+  tmpl += "/muster-run-path-XXXXXX";
+  std::vector<char> path(tmpl.begin(), tmpl.end());
+  path.push_back('\0');
+  if (::mkdtemp(path.data()) == nullptr) {
+    // Without it the workers exit as soon as their scripts return.
+    log::warning("--run-path: cannot create " + tmpl + " (" + std::strerror(errno) +
+                 "); workers will not wait for each other at the end");
+    env_.erase("MUSTER_RUN_PATH_DONE_DIR");
+    return;
+  }
+  run_path_done_dir_ = path.data();
+  env_["MUSTER_RUN_PATH_DONE_DIR"] = run_path_done_dir_;
+  env_["MUSTER_RUN_PATH_WORKERS"] = std::to_string(cfg_.nproc_per_node);
+}
+
+void Agent::remove_run_path_barrier() {
+  if (run_path_done_dir_.empty()) return;
+  // Only what the workers leave there: one empty file per rank.
+  if (DIR* d = ::opendir(run_path_done_dir_.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.') ::unlinkat(::dirfd(d), e->d_name, 0);
+    }
+    ::closedir(d);
+  }
+  ::rmdir(run_path_done_dir_.c_str());
+  run_path_done_dir_.clear();
+}
+
+bool Agent::finished_run_path_script(int local_rank) const {
+  if (run_path_done_dir_.empty()) return false;
+  std::string file = run_path_done_dir_ + "/" + std::to_string(group_.base_global_rank + local_rank);
+  return ::access(file.c_str(), F_OK) == 0;
+}
+
+void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_silent) {
   if (finished_ || core_.phase() != Phase::running) return;  // stopping already: not a hang
+  // A --run-path worker whose script is done waits, quietly, for its peers: not hung.
+  std::vector<ProgressWatch::Silent> silent;
+  for (const auto& s : all_silent) {
+    if (!finished_run_path_script(s.local_rank)) silent.push_back(s);
+  }
+  if (silent.empty()) return;
   std::string list;
   for (const auto& s : silent) {
     list += (list.empty() ? "" : "; ") + std::string("rank ") +
@@ -560,6 +607,7 @@ void Agent::start_workers(int restart_count) {
     return;
   }
   open_filtered_logs(attempt.value());
+  prepare_run_path_barrier();
   auto now = std::chrono::steady_clock::now();
   auto ms_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -640,6 +688,7 @@ void Agent::finish(int exit_code) {
   finished_ = true;
   exit_code_ = exit_code;
   if (worker_timeout_) worker_timeout_->stop();
+  remove_run_path_barrier();
   shutdown_timer_.cancel();
   signals_.cancel();
   heartbeat_timer_.cancel();

@@ -491,8 +491,19 @@ Status apply_slurm(ParsedArgs& args, const Environment& env, std::vector<std::st
 }  // namespace
 
 // --run-path: what torchrun's run_script_path does, as `python -u -c` code.
+// torchrun's worker then waits, its script done, until the agent has the
+// results of every worker of the node, so none exits while a peer still runs
+// (torch's process-group teardown at exit can abort when peers leave at
+// different times). Here the agent gives each attempt a folder
+// (MUSTER_RUN_PATH_DONE_DIR) where each worker that is done leaves a file
+// named after its RANK, and waits until the node's MUSTER_RUN_PATH_WORKERS
+// are there; a peer that fails instead ends the group, and with it the wait.
 constexpr const char* kRunScriptPath =
-    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')";
+    "import os, runpy, sys, time; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "d = os.environ.get('MUSTER_RUN_PATH_DONE_DIR')\n"
+    "if d:\n"
+    "    open(os.path.join(d, os.environ['RANK']), 'w').close()\n"
+    "    while len(os.listdir(d)) < int(os.environ['MUSTER_RUN_PATH_WORKERS']): time.sleep(0.05)\n";
 
 Result<LaunchConfig> resolve_config(const ParsedArgs& given, const Environment& env, const HostFacts& host) {
   LaunchConfig cfg;

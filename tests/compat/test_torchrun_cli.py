@@ -86,3 +86,22 @@ def test_run_path_runs_the_script_as_torchrun_s_run_script_path(torchrun, tmp_pa
             assert rec["argv"] == [probe, str(out), "x", "3"], (name, rec)
         seen[name] = [(rec["name"], rec["launched"], rec["sum"]) for rec in records]
     assert seen["muster"] == seen["torchrun"] == [("__main__", True, 3.0)] * 2
+
+
+def test_run_path_workers_leave_together_as_under_torchrun(tmp_path):
+    # torchrun's run_script_path worker waits, its script done, until every worker of the node
+    # is done, so none exits while a peer still runs. Rank 0 ends at once, rank 1 after 4 s
+    # (times the slack) of output; under --worker-timeout shorter than that, rank 0's quiet
+    # wait is no hang.
+    work = 4 * SLACK
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    r = subprocess.run([MUSTER, "--nproc-per-node=2", "--run-path", f"--worker-timeout={work / 2}",
+                        str(DATA / "run_path_barrier.py"), str(tmp_path), str(work)],
+                       env=base_env(TMPDIR=str(scratch)), capture_output=True, text=True, timeout=180 * SLACK)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "worker watchdog" not in r.stderr
+    t = {name: float((tmp_path / name).read_text()) for name in ("end_0", "end_1", "exit_0", "exit_1")}
+    assert t["end_1"] - t["end_0"] >= work - 0.5  # rank 0 was done long before rank 1
+    assert t["exit_0"] >= t["end_1"]  # but left only once rank 1 was done too
+    assert not list(scratch.glob("muster-run-path-*"))  # the agent removed the attempt's folder
