@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <sys/syscall.h>
-#include <dirent.h>
 #include <unistd.h>
 
 
@@ -14,6 +13,7 @@
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -205,14 +205,9 @@ void Agent::prepare_run_path_barrier() {
 
 void Agent::remove_run_path_barrier() {
   if (run_path_done_dir_.empty()) return;
-  // Only what the workers leave there: one empty file per rank.
-  if (DIR* d = ::opendir(run_path_done_dir_.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] != '.') ::unlinkat(::dirfd(d), e->d_name, 0);
-    }
-    ::closedir(d);
-  }
-  ::rmdir(run_path_done_dir_.c_str());
+  // One empty file per rank is all the workers leave there.
+  std::error_code ignored;
+  std::filesystem::remove_all(run_path_done_dir_, ignored);
   run_path_done_dir_.clear();
 }
 

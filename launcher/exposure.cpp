@@ -18,28 +18,49 @@ bool is_loopback_name(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
+std::vector<boost::asio::ip::address> interface_addresses() {
+  std::vector<boost::asio::ip::address> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      out.push_back(boost::asio::ip::address_v4(ntohl(a->sin_addr.s_addr)));
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      boost::asio::ip::address_v6::bytes_type b;
+      std::memcpy(b.data(), &a->sin6_addr, b.size());
+      out.push_back(boost::asio::ip::address_v6(b));
+    }
+  }
+  freeifaddrs(list);
+  return out;
+}
+
 bool is_own_address(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  ifaddrs* ifs = nullptr;
+  auto own = interface_addresses();
   bool found = false;
-  if (getifaddrs(&ifs) == 0) {
-    for (addrinfo* ai = res; ai && !found; ai = ai->ai_next) {
-      for (ifaddrs* i = ifs; i && !found; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != ai->ai_family) continue;
-        if (ai->ai_family == AF_INET) {
-          found = reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr.s_addr ==
-                  reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
-        } else if (ai->ai_family == AF_INET6) {
-          found = std::memcmp(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr,
-                              &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, sizeof(in6_addr)) == 0;
-        }
-      }
+  for (addrinfo* ai = res; ai && !found; ai = ai->ai_next) {
+    boost::asio::ip::address a;
+    if (ai->ai_family == AF_INET) {
+      a = boost::asio::ip::address_v4(ntohl(reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr.s_addr));
+    } else if (ai->ai_family == AF_INET6) {
+      boost::asio::ip::address_v6::bytes_type b;
+      std::memcpy(b.data(), &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, b.size());
+      a = boost::asio::ip::address_v6(b);
+    } else {
+      continue;
     }
-    freeifaddrs(ifs);
+    // The interface's scope id is not compared, as before: the address alone.
+    for (const auto& o : own) {
+      if (o.is_v6() && a.is_v6() ? o.to_v6().to_bytes() == a.to_v6().to_bytes() : o == a) found = true;
+    }
   }
   freeaddrinfo(res);
   return found;

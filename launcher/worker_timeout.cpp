@@ -1,9 +1,8 @@
 #include "worker_timeout.hpp"
 
-#include <ifaddrs.h>
-#include <netinet/in.h>
-
 #include <algorithm>
+
+#include "exposure.hpp"
 
 namespace muster::launcher {
 
@@ -11,33 +10,11 @@ namespace {
 
 using Clock = ProgressWatch::Clock;
 
-// This machine's interface addresses: a store peer at one of them (or on
-// loopback) is a process of this node.
-std::vector<boost::asio::ip::address> interface_addresses() {
-  std::vector<boost::asio::ip::address> out;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return out;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr) continue;
-    if (i->ifa_addr->sa_family == AF_INET) {
-      const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
-      out.push_back(boost::asio::ip::address_v4(ntohl(a->sin_addr.s_addr)));
-    } else if (i->ifa_addr->sa_family == AF_INET6) {
-      const auto* a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
-      boost::asio::ip::address_v6::bytes_type b;
-      std::copy(std::begin(a->sin6_addr.s6_addr), std::end(a->sin6_addr.s6_addr), b.begin());
-      out.push_back(boost::asio::ip::address_v6(b));
-    }
-  }
-  ::freeifaddrs(list);
-  return out;
-}
-
 }  // namespace
 
 WorkerTimeout::WorkerTimeout(boost::asio::io_context& io, std::chrono::milliseconds timeout, Workers workers,
                              OnSilent on_silent)
-    : io_(io), watch_(timeout), workers_(std::move(workers)), on_silent_(std::move(on_silent)), timer_(io) {}
+    : watch_(timeout), workers_(std::move(workers)), on_silent_(std::move(on_silent)), timer_(io) {}
 
 WorkerTimeout::~WorkerTimeout() {
   *alive_ = false;

@@ -75,7 +75,6 @@ class WorkerTimeout {
     return (static_cast<std::uint64_t>(store_port) << 48) | (conn & ((std::uint64_t{1} << 48) - 1));
   }
 
-  boost::asio::io_context& io_;
   ProgressWatch watch_;
   Workers workers_;
   OnSilent on_silent_;

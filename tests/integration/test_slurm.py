@@ -12,7 +12,7 @@ fails the test."""
 import json
 import os
 import re
-import time
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -139,7 +139,6 @@ def test_a_ddp_model_trained_across_the_two_nodes_equals_the_one_node_run(cluste
                     env=job_env(cluster, "ddp"), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     # The same world of four ranks on one node, outside Slurm.
-    import subprocess
     one = subprocess.run([MUSTER, "--nproc-per-node=4", DDP, str(local), "2"], env=base_env(),
                          capture_output=True, text=True, timeout=300 * SLACK)
     assert one.returncode == 0, one.stderr[-3000:]
