@@ -5,24 +5,22 @@
 #include <string>
 
 #include "muster/common/status.hpp"
+#include "muster/net/unique_fd.hpp"
 
 namespace muster::launcher {
 
 class PortReservation {
  public:
   PortReservation() = default;
-  ~PortReservation() { release(); }
-  PortReservation(PortReservation&& o) noexcept : fd_(o.fd_), port_(o.port_) { o.fd_ = -1; }
-  PortReservation& operator=(PortReservation&& o) noexcept;
 
   // port 0 picks a free one.
   static Result<PortReservation> acquire(int port);
   int port() const { return port_; }
-  bool held() const { return fd_ >= 0; }
-  void release();
+  bool held() const { return fd_.valid(); }
+  void release() { fd_.reset(); }
 
  private:
-  int fd_ = -1;
+  net::UniqueFd fd_;
   int port_ = 0;
 };
 

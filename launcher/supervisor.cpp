@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "muster/common/log.hpp"
+#include "muster/net/unique_fd.hpp"
 #include "shim.hpp"
 
 namespace muster::launcher {
@@ -24,39 +25,35 @@ std::string errno_text() { return std::strerror(errno); }
 
 // An fd for the worker's end of one stream, and the agent's end when tee'd.
 struct StreamFds {
-  int child = -1;   // given to the shim (-1: inherit)
-  int parent = -1;  // tee: the pipe's read end
-  int file = -1;    // tee: the log file
+  net::UniqueFd child;   // given to the shim (none: inherit)
+  net::UniqueFd parent;  // tee: the pipe's read end
+  net::UniqueFd file;    // tee: the log file
 };
 
 Result<StreamFds> open_stream(const StreamPlan& plan) {
   StreamFds fds;
   auto open_file = [](const std::string& path) {
-    return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    return net::UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   };
   switch (plan.mode) {
     case StreamPlan::Mode::inherit:
       return fds;
     case StreamPlan::Mode::devnull:
-      fds.child = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-      if (fds.child < 0) return io_error("cannot open /dev/null: " + errno_text());
+      fds.child.reset(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+      if (!fds.child) return io_error("cannot open /dev/null: " + errno_text());
       return fds;
     case StreamPlan::Mode::file:
       fds.child = open_file(plan.path);
-      if (fds.child < 0) return io_error("cannot create the log file " + plan.path + ": " + errno_text());
+      if (!fds.child) return io_error("cannot create the log file " + plan.path + ": " + errno_text());
       return fds;
     case StreamPlan::Mode::tee: {
       int p[2];
       if (pipe2(p, O_CLOEXEC) != 0) return io_error("cannot create a pipe: " + errno_text());
-      fds.parent = p[0];
-      fds.child = p[1];
+      fds.parent.reset(p[0]);
+      fds.child.reset(p[1]);
       if (!plan.path.empty()) {
         fds.file = open_file(plan.path);
-        if (fds.file < 0) {
-          ::close(p[0]);
-          ::close(p[1]);
-          return io_error("cannot create the log file " + plan.path + ": " + errno_text());
-        }
+        if (!fds.file) return io_error("cannot create the log file " + plan.path + ": " + errno_text());
       }
       return fds;
     }
@@ -123,23 +120,21 @@ Supervisor::~Supervisor() {
 Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
   workers_.clear();
   for (const auto& launch : launches) {
+    // Every descriptor below closes by itself on each early return.
     auto out = open_stream(launch.out);
     if (!out.ok()) return out.status();
     auto err = open_stream(launch.err);
-    if (!err.ok()) {
-      for (int fd : {out->child, out->parent, out->file}) if (fd >= 0) ::close(fd);
-      return err.status();
-    }
+    if (!err.ok()) return err.status();
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-      std::string why = errno_text();
-      for (int fd : {out->child, out->parent, out->file, err->child, err->parent, err->file}) if (fd >= 0) ::close(fd);
-      return io_error("cannot create a control socket: " + why);
+      return io_error("cannot create a control socket: " + errno_text());
     }
+    net::UniqueFd control_agent(sv[0]);
+    net::UniqueFd control_shim(sv[1]);
     ShimSpec spec;
-    spec.control_fd = sv[1];
-    spec.stdout_fd = out->child;
-    spec.stderr_fd = err->child;
+    spec.control_fd = control_shim.get();
+    spec.stdout_fd = out->child.get();
+    spec.stderr_fd = err->child.get();
     spec.path = launch.path;
     spec.argv = launch.argv;
     spec.envp = launch.envp;
@@ -153,37 +148,34 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     if (shim == 0) run_shim(spec);
     int fork_errno = errno;
     sigprocmask(SIG_SETMASK, &old, nullptr);
-    ::close(sv[1]);
-    for (int fd : {out->child, err->child}) if (fd >= 0) ::close(fd);
-    if (shim < 0) {
-      ::close(sv[0]);
-      for (int fd : {out->parent, out->file, err->parent, err->file}) if (fd >= 0) ::close(fd);
-      return io_error(std::string("cannot fork a worker: ") + std::strerror(fork_errno));
-    }
+    // The shim's ends are the shim's now.
+    control_shim.reset();
+    out->child.reset();
+    err->child.reset();
+    if (shim < 0) return io_error(std::string("cannot fork a worker: ") + std::strerror(fork_errno));
     auto w = std::make_unique<Worker>(io_);
     w->local_rank = launch.local_rank;
     w->shim_pid = shim;
-    w->control = sv[0];
-    w->control_sd.assign(sv[0]);
+    w->control = control_agent.get();
+    w->control_sd.assign(control_agent.release());
     int pfd = pidfd_open(shim);
     if (pfd < 0) {
       std::string why = errno_text();
       // Closing the control socket makes the shim take its worker down and exit.
       close_control(*w);
       waitpid(shim, nullptr, 0);
-      for (int fd : {out->parent, out->file, err->parent, err->file}) if (fd >= 0) ::close(fd);
       return io_error("pidfd_open failed (muster needs Linux 5.4 or newer): " + why);
     }
     w->pidfd.assign(pfd);
-    auto add_pump = [&](const StreamFds& fds, const StreamPlan& plan) {
-      if (fds.parent < 0) return;
+    auto add_pump = [&](StreamFds& fds, const StreamPlan& plan) {
+      if (!fds.parent) return;
       PumpTargets targets = plan.tee;
-      targets.file_fd = fds.file;
-      if (fds.file >= 0) {
-        if (targets.writer != nullptr) targets.writer->add(fds.file, plan.path, true);
-        else ::close(fds.file), targets.file_fd = -1;
+      targets.file_fd = -1;
+      if (fds.file && targets.writer != nullptr) {
+        targets.file_fd = fds.file.get();
+        targets.writer->add(fds.file.release(), plan.path, true);
       }
-      auto pump = std::make_shared<OutputPump>(io_, fds.parent, std::move(targets));
+      auto pump = std::make_shared<OutputPump>(io_, fds.parent.release(), std::move(targets));
       Worker* wp = w.get();
       pump->start([this, wp] { deliver_if_drained(*wp); });
       w->pumps.push_back(std::move(pump));

@@ -13,7 +13,7 @@
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
 #include "muster/metrics/http.hpp"
-#include "muster/rendezvous/tcp_util.hpp"
+#include "muster/net/asio_tcp.hpp"
 
 namespace muster::metrics {
 

@@ -7,7 +7,7 @@
 
 #include "muster/common/log.hpp"
 #include "muster/rendezvous/protocol.hpp"
-#include "muster/rendezvous/tcp_util.hpp"
+#include "muster/net/asio_tcp.hpp"
 
 namespace muster::rendezvous {
 

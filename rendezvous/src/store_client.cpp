@@ -1,100 +1,34 @@
 #include "muster/store/client.hpp"
 
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <random>
 #include <thread>
 
+#include "muster/net/socket.hpp"
+
 namespace muster::store {
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
-}
-
-// One connection attempt to every address of host:port; -1 and errno on failure.
-int try_connect(const std::string& host, int port, Clock::time_point deadline, std::string& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    error = std::string("cannot resolve ") + host + ": " + gai_strerror(rc);
-    return -1;
-  }
-  int fd = -1;
-  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) continue;
-    int rc_connect = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc_connect == 0) break;
-    if (errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int soerr = 0;
-      socklen_t len = sizeof soerr;
-      if (poll(&p, 1, remaining_ms(deadline)) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 &&
-          soerr == 0) {
-        break;
-      }
-      error = soerr != 0 ? std::strerror(soerr) : "connection timed out";
-    } else {
-      error = std::strerror(errno);
-    }
-    ::close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(res);
-  if (fd >= 0) {
-    int flags = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &flags, sizeof flags);
-  }
-  return fd;
-}
-
-}  // namespace
-
-StoreClient::StoreClient(StoreClient&& o) noexcept : fd_(o.fd_), options_(o.options_), address_(std::move(o.address_)) {
-  o.fd_ = -1;
-}
-
-StoreClient& StoreClient::operator=(StoreClient&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    options_ = o.options_;
-    address_ = std::move(o.address_);
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-StoreClient::~StoreClient() {
-  if (fd_ >= 0) ::close(fd_);
-}
+StoreClient::StoreClient(StoreClient&&) noexcept = default;
+StoreClient& StoreClient::operator=(StoreClient&&) noexcept = default;
+StoreClient::~StoreClient() = default;
 
 Result<StoreClient> StoreClient::connect(const std::string& host, int port, ClientOptions options) {
   StoreClient c;
   c.options_ = options;
-  c.address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  c.address_ = net::host_port(host, port);
   auto deadline = Clock::now() + options.timeout;
   std::mt19937 jitter(static_cast<unsigned>(getpid()));
   auto backoff = std::chrono::milliseconds(50);
   std::string error = "no attempt made";
   // Bounded by the deadline: the server may not be up yet.
   while (true) {
-    c.fd_ = try_connect(host, port, deadline, error);
-    if (c.fd_ >= 0) {
+    auto fd = net::connect_tcp(host, port, deadline);
+    if (!fd.ok()) error = fd.status().message();
+    if (fd.ok()) {
+      c.fd_ = std::move(fd.value());
       if (options.dialect == Dialect::v2) {
         Request validate;
         validate.op = Op::validate;
@@ -108,8 +42,7 @@ Result<StoreClient> StoreClient::connect(const std::string& host, int port, Clie
         if (st.ok()) st = c.recv_exact(reinterpret_cast<char*>(&echo), 4, deadline);
         if (st.ok() && echo == ping.u32) return c;
         error = st.ok() ? "the server answered PING with a different value (not a TCPStore?)" : st.message();
-        ::close(c.fd_);
-        c.fd_ = -1;
+        c.fd_.reset();
       } else {
         return c;
       }
@@ -124,69 +57,30 @@ Result<StoreClient> StoreClient::connect(const std::string& host, int port, Clie
                                        "; check MASTER_ADDR/MASTER_PORT and that the store is running");
 }
 
-std::string StoreClient::local_host() const {
-  if (fd_ < 0) return "";
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
-  char host[NI_MAXHOST];
-  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return "";
-  std::string h = host;
-  // An IPv4 peer reached through a dual-stack socket.
-  if (h.rfind("::ffff:", 0) == 0 && h.find('.') != std::string::npos) h = h.substr(7);
-  return h;
-}
+std::string StoreClient::local_host() const { return fd_ ? net::local_address(fd_.get()) : ""; }
 
 Clock::time_point StoreClient::deadline() const { return Clock::now() + options_.timeout; }
 
 Status StoreClient::broken(Status why) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+  fd_.reset();
   return why;
 }
 
 Status StoreClient::send(const Request& r) {
-  if (fd_ < 0) return Status(Code::closed, "the connection to the store at " + address_ + " is closed");
+  if (!fd_) return Status(Code::closed, "the connection to the store at " + address_ + " is closed");
   std::string bytes = encode_request(options_.dialect, r);
-  std::size_t done = 0;
-  auto until = deadline();
-  while (done < bytes.size()) {
-    ssize_t w = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
-    if (w > 0) {
-      done += static_cast<std::size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd_, POLLOUT, 0};
-      if (poll(&p, 1, remaining_ms(until)) <= 0) {
-        return broken(Status(Code::timeout, "sending to the store at " + address_ + " timed out"));
-      }
-      continue;
-    }
-    return broken(io_error("lost the store at " + address_ + ": " + std::strerror(errno)));
+  if (auto st = net::send_all(fd_.get(), bytes.data(), bytes.size(), deadline(), "the store at " + address_); !st.ok()) {
+    return broken(st);
   }
   return {};
 }
 
+// Does not close the connection itself: recv_u8 keeps it after a timed-out wait.
 Status StoreClient::recv_exact(char* out, std::size_t n, Clock::time_point until) {
-  if (fd_ < 0) return Status(Code::closed, "the connection to the store at " + address_ + " is closed");
-  std::size_t done = 0;
-  while (done < n) {
-    pollfd p{fd_, POLLIN, 0};
-    int ready = poll(&p, 1, remaining_ms(until));
-    if (ready == 0) return Status(Code::timeout, "the store at " + address_ + " did not answer in time");
-    if (ready < 0 && errno == EINTR) continue;
-    ssize_t r = ::recv(fd_, out + done, n - done, 0);
-    if (r > 0) {
-      done += static_cast<std::size_t>(r);
-      continue;
-    }
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    return broken(Status(Code::closed, r == 0 ? "the store at " + address_ + " closed the connection"
-                                              : "lost the store at " + address_ + ": " + std::strerror(errno)));
-  }
-  return {};
+  if (!fd_) return Status(Code::closed, "the connection to the store at " + address_ + " is closed");
+  auto st = net::recv_all(fd_.get(), out, n, until, "the store at " + address_);
+  if (!st.ok() && st.code() != Code::timeout) return broken(st);
+  return st;
 }
 
 Result<std::string> StoreClient::recv_string(Clock::time_point until) {

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "muster/common/log.hpp"
-#include "muster/rendezvous/tcp_util.hpp"
+#include "muster/net/asio_tcp.hpp"
 
 namespace muster::store {
 

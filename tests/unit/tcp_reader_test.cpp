@@ -6,7 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <string>
 
-#include "muster/rendezvous/tcp_util.hpp"
+#include "muster/net/asio_tcp.hpp"
 
 namespace asio = boost::asio;
 using asio::ip::tcp;

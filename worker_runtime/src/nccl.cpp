@@ -94,8 +94,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-int generation = 0;
-
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(ProcessGroup& group, int device) : impl_(std::make_unique<Impl>()) {
@@ -116,7 +114,7 @@ NcclCommunicator::NcclCommunicator(ProcessGroup& group, int device) : impl_(std:
     throw Error(g.where() + "cudaSetDevice(" + std::to_string(g.device) + "): " + cudaGetErrorString(ce));
   }
   // The unique id, from rank 0, through the group's store.
-  const std::string key = "nccl/" + std::to_string(generation++);
+  const std::string key = group.next_key("nccl");
   ncclUniqueId id;
   if (group.rank() == 0) {
     ncclResult_t rc = ncclGetUniqueId(&id);

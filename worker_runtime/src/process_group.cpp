@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "muster/net/socket.hpp"
 #include "muster/store/client.hpp"
 #include "muster/store/server.hpp"
 #include "reduce.hpp"
@@ -36,7 +38,30 @@ namespace {
 
 constexpr uint32_t kHelloMagic = 0x4d535247;  // "MSRG"
 constexpr std::size_t kDefaultSlotBytes = 512 << 10;
-std::atomic<int> g_group_sequence{0};
+// A ring socket's kernel buffers: room for a whole segment in flight.
+constexpr int kRingSocketBuffer = 4 << 20;
+// How long an accepted connection may take to send its greeting.
+constexpr auto kGreetingLimit = std::chrono::seconds(10);
+constexpr std::size_t kMaxGroupName = 128;
+
+// The process's one piece of shared state: the default group, and the count
+// of unnamed groups made so far (which names the next one).
+struct Registry {
+  std::mutex mutex;
+  ProcessGroup default_group;  // guarded by mutex
+  std::atomic<int> unnamed_groups{0};
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+// Throws the error a failed store or socket call stands for.
+[[noreturn]] void throw_status(const Status& st, const std::string& context) {
+  std::string msg = context + ": " + st.message();
+  if (st.code() == Code::timeout) throw TimeoutError(msg);
+  throw Error(msg);
+}
 
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
@@ -95,42 +120,6 @@ PeerInfo decode_info(const std::string& s, int rank) {
   return PeerInfo{s.substr(sp + 1), static_cast<pid_t>(std::stol(s.substr(0, sp)))};
 }
 
-void write_all_until(int fd, const void* p, std::size_t n, Clock::time_point deadline) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) {
-      c += w;
-      n -= static_cast<std::size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno != EAGAIN && errno != EINTR) throw Error(std::string("send failed: ") + std::strerror(errno));
-    pollfd pf{fd, POLLOUT, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) throw TimeoutError("timed out sending a greeting to a peer");
-    ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
-  }
-}
-
-bool read_all_until(int fd, void* p, std::size_t n, Clock::time_point deadline) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t r = ::recv(fd, c, n, MSG_DONTWAIT);
-    if (r > 0) {
-      c += r;
-      n -= static_cast<std::size_t>(r);
-      continue;
-    }
-    if (r == 0) return false;
-    if (errno != EAGAIN && errno != EINTR) return false;
-    pollfd pf{fd, POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
-  }
-  return true;
-}
-
 struct Hello {
   uint32_t magic;
   uint32_t ring;
@@ -138,13 +127,16 @@ struct Hello {
   uint32_t token;
 };
 
-void tune_socket(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  int buf = 4 << 20;
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
-}
+// A ring this rank is on, while it forms.
+struct RingPlan {
+  uint32_t id = 0;           // 0: the flat ring; 1: the cross ring
+  std::vector<int> members;  // global ranks in ring order
+  int position = 0;          // this rank's index in members
+  net::UniqueFd next, prev;  // connected to the next member; accepted from the previous one
+
+  int next_rank() const { return members[(position + 1) % members.size()]; }
+  int prev_rank() const { return members[(position + members.size() - 1) % members.size()]; }
+};
 
 }  // namespace
 
@@ -155,7 +147,7 @@ struct ProcessGroup::Impl {
   int local_size = 1;
   int nodes = 1;
   int restart = 0;
-  int seq = 0;
+  std::string name;
   std::optional<int> env_local_rank, env_local_size;
   std::chrono::milliseconds timeout{};
   std::string prefix;
@@ -173,6 +165,8 @@ struct ProcessGroup::Impl {
 
   std::string broken;
   bool destroyed = false;
+  std::mutex key_mutex;
+  std::map<std::string, int> key_counts;  // next_key(): the next number per kind
 
   ~Impl() { close(); }
 
@@ -190,11 +184,7 @@ struct ProcessGroup::Impl {
   Clock::time_point deadline() const { return Clock::now() + timeout; }
 
   void store_check(const Status& st, const std::string& what) {
-    if (!st.ok()) {
-      std::string msg = "muster: rank " + std::to_string(rank) + ": " + what + ": " + st.message();
-      if (st.code() == Code::timeout) throw TimeoutError(msg);
-      throw Error(msg);
-    }
+    if (!st.ok()) throw_status(st, "muster: rank " + std::to_string(rank) + ": " + what);
   }
   void set(const std::string& key, const std::string& value) {
     store_check(store->set(prefix + key, value), "writing " + prefix + key + " to the store");
@@ -216,6 +206,12 @@ struct ProcessGroup::Impl {
 
   void connect(const ProcessGroupOptions& o);
   void form_rings(const std::vector<int>& node_of, const std::vector<std::vector<int>>& members_of_node);
+  std::vector<RingPlan> plan_rings(const std::vector<int>& node_of, const std::vector<std::vector<int>>& members) const;
+  net::UniqueFd connect_to_next(const RingPlan& plan, Clock::time_point until);
+  void accept_from_previous(int listener, std::vector<RingPlan>& plans, uint32_t token, Clock::time_point until);
+  // Tells the connections of this group from those of an earlier one (an
+  // earlier restart of the job, or an earlier group of this process).
+  uint32_t ring_token() const;
 };
 
 void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
@@ -262,8 +258,18 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
     throw Error(msg);
   }
   store.emplace(std::move(client.value()));
-  seq = g_group_sequence.fetch_add(1);
-  prefix = "muster/attempt_" + std::to_string(restart) + "/pg" + std::to_string(seq) + "/";
+  if (o.name.empty()) {
+    name = "pg" + std::to_string(registry().unnamed_groups.fetch_add(1));
+  } else {
+    if (o.name.size() > kMaxGroupName ||
+        !std::all_of(o.name.begin(), o.name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; })) {
+      throw Error("muster: the group name '" + o.name + "' must be 1-" + std::to_string(kMaxGroupName) +
+                  " letters, digits, '_', '-' or '.'");
+    }
+    name = o.name;
+  }
+  // Named groups have a folder of their own, so no name meets a default one.
+  prefix = "muster/attempt_" + std::to_string(restart) + "/" + (o.name.empty() ? name : "named/" + name) + "/";
 
   // Who is where: ranks with the same node id share memory.
   std::string transport_env = env("MUSTER_CPU_TRANSPORT").value_or("auto");
@@ -354,159 +360,115 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
   store_barrier("ready");
 }
 
+std::vector<RingPlan> ProcessGroup::Impl::plan_rings(const std::vector<int>& node_of,
+                                                     const std::vector<std::vector<int>>& members) const {
+  std::vector<RingPlan> plans;
+  RingPlan flat_plan;  // every rank, in rank order
+  flat_plan.id = 0;
+  flat_plan.position = rank;
+  for (int r = 0; r < world; ++r) flat_plan.members.push_back(r);
+  plans.push_back(std::move(flat_plan));
+  if (shm) {  // hierarchical all_reduce: this local index on every node, in node order
+    RingPlan cross_plan;
+    cross_plan.id = 1;
+    cross_plan.position = node_of[rank];
+    for (const auto& node : members) cross_plan.members.push_back(node[local_rank]);
+    plans.push_back(std::move(cross_plan));
+  }
+  return plans;
+}
+
+uint32_t ProcessGroup::Impl::ring_token() const {
+  // The group's name, hashed the same way in every process (FNV-1a), plus the
+  // restart count times a prime, so that restarts and names do not cancel out.
+  uint32_t h = 2166136261u;
+  for (unsigned char c : name) h = (h ^ c) * 16777619u;
+  return h + static_cast<uint32_t>(restart) * 7919u;
+}
+
+// Connects to the plan's next member, retrying while it is not listening yet.
+net::UniqueFd ProcessGroup::Impl::connect_to_next(const RingPlan& plan, Clock::time_point until) {
+  const int next = plan.next_rank();
+  const std::string advertised = get("addr/" + std::to_string(next));
+  const auto sp = advertised.rfind(' ');
+  char* end = nullptr;
+  const long port = sp == std::string::npos ? -1 : std::strtol(advertised.c_str() + sp + 1, &end, 10);
+  if (sp == std::string::npos || end == nullptr || *end != '\0' || port <= 0 || port > 65535) {
+    throw Error("muster: rank " + std::to_string(next) + " advertised an unusable address '" + advertised + "'");
+  }
+  const std::string host = advertised.substr(0, sp);
+  auto backoff = std::chrono::milliseconds(20);
+  Status last;
+  while (true) {
+    auto fd = net::connect_tcp(host, static_cast<int>(port), until, true);
+    if (fd.ok()) {
+      net::tune_socket(fd->get(), kRingSocketBuffer);
+      return std::move(fd.value());
+    }
+    last = fd.status();
+    if (last.code() == Code::invalid_argument || Clock::now() + backoff >= until) break;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  throw TimeoutError("muster: rank " + std::to_string(rank) + " cannot connect to rank " + std::to_string(next) +
+                     " at " + advertised + ": " + last.message() +
+                     " (a firewall? set MUSTER_ADVERTISE_ADDR to an address peers reach)");
+}
+
+// Accepts one connection per ring, from its previous member; others (strays,
+// or connections of an earlier group) are closed.
+void ProcessGroup::Impl::accept_from_previous(int listener, std::vector<RingPlan>& plans, uint32_t token,
+                                              Clock::time_point until) {
+  std::size_t missing = plans.size();
+  while (missing > 0) {
+    if (Clock::now() >= until) {
+      throw TimeoutError("muster: rank " + std::to_string(rank) + " timed out waiting for its ring peers to connect");
+    }
+    pollfd pf{listener, POLLIN, 0};
+    ::poll(&pf, 1, net::poll_timeout_ms(until, 1000));
+    net::UniqueFd fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd) continue;
+    Hello h{};
+    if (!net::recv_all(fd.get(), &h, sizeof h, std::min(until, Clock::now() + kGreetingLimit), "a ring peer").ok()) {
+      continue;
+    }
+    if (h.magic != kHelloMagic || h.token != token) continue;
+    for (auto& p : plans) {
+      if (p.id == h.ring && static_cast<int>(h.from) == p.prev_rank() && !p.prev) {
+        net::tune_socket(fd.get(), kRingSocketBuffer);
+        p.prev = std::move(fd);
+        --missing;
+        break;
+      }
+    }
+  }
+}
+
 void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::vector<std::vector<int>>& members) {
-  auto until = deadline();
+  const auto until = deadline();
   std::string host = store->local_host();
   if (auto a = env("MUSTER_ADVERTISE_ADDR"); a && !a->empty()) host = *a;
   if (host.empty()) host = "127.0.0.1";
-  bool v6 = host.find(':') != std::string::npos;
-  int lfd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (lfd < 0) throw Error(std::string("muster: cannot open a socket: ") + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } lguard{lfd};
-  int one = 1;
-  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_storage ss{};
-  socklen_t sl;
-  if (v6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_any;
-    sl = sizeof *a;
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_ANY);
-    sl = sizeof *a;
-  }
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&ss), sl) != 0 || ::listen(lfd, 1024) != 0 ||
-      getsockname(lfd, reinterpret_cast<sockaddr*>(&ss), &sl) != 0) {
-    throw Error(std::string("muster: cannot listen for the ring's peers: ") + std::strerror(errno));
-  }
-  int port = v6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port) : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  set("addr/" + std::to_string(rank), host + " " + std::to_string(port));
+  const bool v6 = host.find(':') != std::string::npos;
+  auto listener = net::listen_tcp(0, 1024, v6 ? net::Family::ipv6 : net::Family::ipv4, true);
+  if (!listener.ok()) throw_status(listener.status(), "muster: cannot listen for the ring's peers");
+  set("addr/" + std::to_string(rank), host + " " + std::to_string(listener->port));
 
-  // The rings this rank is on: 0 = every rank; 1 = this local index on every
-  // node, when all_reduce is hierarchical.
-  struct RingPlan {
-    uint32_t id;
-    std::vector<int> members;
-    int position;
-    int next_fd = -1, prev_fd = -1;
-  };
-  std::vector<RingPlan> plans;
-  // Sockets not yet handed to a TcpRing are closed if set-up throws.
-  struct PlanCloser {
-    std::vector<RingPlan>& plans;
-    bool armed = true;
-    ~PlanCloser() {
-      if (!armed) return;
-      for (auto& p : plans) {
-        if (p.next_fd >= 0) ::close(p.next_fd);
-        if (p.prev_fd >= 0) ::close(p.prev_fd);
-      }
-    }
-  } plan_closer{plans};
-  {
-    RingPlan flat_plan{0, {}, rank};
-    for (int r = 0; r < world; ++r) flat_plan.members.push_back(r);
-    plans.push_back(std::move(flat_plan));
-  }
-  if (shm) {
-    RingPlan c{1, {}, 0};
-    for (std::size_t n = 0; n < members.size(); ++n) c.members.push_back(members[n][local_rank]);
-    c.position = node_of[rank];
-    plans.push_back(std::move(c));
-  }
-  const uint32_t token = static_cast<uint32_t>(restart * 7919 + seq);
+  std::vector<RingPlan> plans = plan_rings(node_of, members);
+  const uint32_t token = ring_token();
   for (auto& p : plans) {
-    int next = p.members[(p.position + 1) % p.members.size()];
-    std::string a = get("addr/" + std::to_string(next));
-    auto sp = a.rfind(' ');
-    std::string peer_host = a.substr(0, sp), peer_port = a.substr(sp + 1);
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICHOST;
-    addrinfo* res = nullptr;
-    if (getaddrinfo(peer_host.c_str(), peer_port.c_str(), &hints, &res) != 0 || res == nullptr) {
-      throw Error("muster: rank " + std::to_string(next) + " advertised an unusable address '" + a + "'");
-    }
-    int fd = -1;
-    std::string why;
-    auto backoff = std::chrono::milliseconds(20);
-    while (fd < 0) {
-      fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (fd < 0) {
-        std::string e = std::strerror(errno);
-        freeaddrinfo(res);
-        throw Error("muster: cannot open a socket to rank " + std::to_string(next) + ": " + e);
-      }
-      // Non-blocking, so a peer that drops packets costs no more than the deadline.
-      int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
-      if (rc != 0 && errno == EINPROGRESS) {
-        pollfd pf{fd, POLLOUT, 0};
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-        int soerr = ETIMEDOUT;
-        socklen_t len = sizeof soerr;
-        if (left > 0 && ::poll(&pf, 1, static_cast<int>(left)) == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
-        rc = soerr == 0 ? 0 : -1;
-        errno = soerr;
-      }
-      if (rc != 0) {
-        why = std::strerror(errno);
-        ::close(fd);
-        fd = -1;
-        if (Clock::now() + backoff >= until) break;
-        std::this_thread::sleep_for(backoff);
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-      }
-    }
-    freeaddrinfo(res);
-    if (fd < 0) {
-      throw TimeoutError("muster: rank " + std::to_string(rank) + " cannot connect to rank " + std::to_string(next) +
-                         " at " + a + ": " + why + " (a firewall? set MUSTER_ADVERTISE_ADDR to an address peers reach)");
-    }
-    p.next_fd = fd;
-    tune_socket(fd);
+    p.next = connect_to_next(p, until);
     Hello h{kHelloMagic, p.id, static_cast<uint32_t>(rank), token};
-    write_all_until(fd, &h, sizeof h, until);
+    const std::string peer = "rank " + std::to_string(p.next_rank());
+    if (auto st = net::send_all(p.next.get(), &h, sizeof h, until, peer); !st.ok()) {
+      throw_status(st, "muster: rank " + std::to_string(rank) + " cannot greet its ring peer");
+    }
   }
-  // Accept one connection per ring, from its previous member.
-  std::size_t missing = plans.size();
-  while (missing > 0) {
-    pollfd pf{lfd, POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-    if (left <= 0) {
-      throw TimeoutError("muster: rank " + std::to_string(rank) + " timed out waiting for its ring peers to connect");
-    }
-    ::poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
-    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    Hello h{};
-    bool ok = read_all_until(fd, &h, sizeof h, std::min(until, Clock::now() + std::chrono::seconds(10)));
-    RingPlan* match = nullptr;
-    if (ok && h.magic == kHelloMagic && h.token == token) {
-      for (auto& p : plans) {
-        int prev = p.members[(p.position + p.members.size() - 1) % p.members.size()];
-        if (p.id == h.ring && static_cast<int>(h.from) == prev && p.prev_fd < 0) match = &p;
-      }
-    }
-    if (match == nullptr) {
-      ::close(fd);  // a stray connection, or a stale one from an earlier group
-      continue;
-    }
-    tune_socket(fd);
-    match->prev_fd = fd;
-    --missing;
-  }
+  accept_from_previous(listener->fd.get(), plans, token, until);
   for (auto& p : plans) {
-    auto ring = std::make_unique<detail::TcpRing>(p.members, p.position, p.next_fd, p.prev_fd);
-    p.next_fd = p.prev_fd = -1;  // the ring owns them now
+    auto ring = std::make_unique<detail::TcpRing>(p.members, p.position, std::move(p.next), std::move(p.prev));
     (p.id == 0 ? flat : cross) = std::move(ring);
   }
-  plan_closer.armed = false;
 }
 
 ProcessGroup ProcessGroup::create(const ProcessGroupOptions& options) {
@@ -662,6 +624,14 @@ void ProcessGroup::barrier() {
 }
 
 void ProcessGroup::store_set(const std::string& key, const std::string& value) { impl().set("user/" + key, value); }
+
+const std::string& ProcessGroup::name() const { return impl().name; }
+
+std::string ProcessGroup::next_key(const std::string& kind) {
+  auto& i = impl();
+  std::lock_guard lock(i.key_mutex);
+  return kind + "/" + std::to_string(i.key_counts[kind]++);
+}
 std::string ProcessGroup::store_get(const std::string& key) { return impl().get("user/" + key); }
 
 void ProcessGroup::destroy() {
@@ -670,37 +640,36 @@ void ProcessGroup::destroy() {
   impl_->destroyed = true;
 }
 
-namespace {
-std::mutex g_default_mutex;
-ProcessGroup g_default;
-}  // namespace
-
 ProcessGroup init_process_group(const ProcessGroupOptions& options) {
-  std::lock_guard lock(g_default_mutex);
-  if (g_default.valid()) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (r.default_group.valid()) {
     throw Error("muster: init_process_group was called twice; call destroy_process_group() first");
   }
-  g_default = ProcessGroup::create(options);
-  return g_default;
+  r.default_group = ProcessGroup::create(options);
+  return r.default_group;
 }
 
 void destroy_process_group() {
-  std::lock_guard lock(g_default_mutex);
-  if (g_default.valid()) g_default.destroy();
-  g_default = ProcessGroup();
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (r.default_group.valid()) r.default_group.destroy();
+  r.default_group = ProcessGroup();
 }
 
 bool is_initialized() {
-  std::lock_guard lock(g_default_mutex);
-  return g_default.valid();
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.default_group.valid();
 }
 
 ProcessGroup default_group() {
-  std::lock_guard lock(g_default_mutex);
-  if (!g_default.valid()) {
+  auto& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (!r.default_group.valid()) {
     throw Error("muster: the default process group is not initialized; call muster::init_process_group() first");
   }
-  return g_default;
+  return r.default_group;
 }
 
 int get_rank() { return default_group().rank(); }

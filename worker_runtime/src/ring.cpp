@@ -20,17 +20,12 @@ constexpr std::size_t kReduceGrain = 64 << 10;
 constexpr auto nothing = [](std::size_t) {};
 }  // namespace
 
-TcpRing::TcpRing(std::vector<int> members, int position, int next_fd, int prev_fd)
-    : members_(std::move(members)), position_(position), next_fd_(next_fd), prev_fd_(prev_fd) {}
-
-TcpRing::~TcpRing() {
-  if (next_fd_ >= 0) ::close(next_fd_);
-  if (prev_fd_ >= 0) ::close(prev_fd_);
-}
+TcpRing::TcpRing(std::vector<int> members, int position, net::UniqueFd next, net::UniqueFd prev)
+    : members_(std::move(members)), position_(position), next_(std::move(next)), prev_(std::move(prev)) {}
 
 void TcpRing::shut() {
-  if (next_fd_ >= 0) ::shutdown(next_fd_, SHUT_RDWR);
-  if (prev_fd_ >= 0) ::shutdown(prev_fd_, SHUT_RDWR);
+  if (next_) ::shutdown(next_.get(), SHUT_RDWR);
+  if (prev_) ::shutdown(prev_.get(), SHUT_RDWR);
 }
 
 void TcpRing::peer_failed(bool sending, const std::string& why, const char* what) {
@@ -47,7 +42,7 @@ void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::
     // Try without waiting first: most calls find the socket ready.
     bool progressed = false;
     if (sent < send_len) {
-      ssize_t n = ::send(next_fd_, send + sent, send_len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      ssize_t n = ::send(next_.get(), send + sent, send_len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) {
         sent += static_cast<std::size_t>(n);
         progressed = true;
@@ -56,7 +51,7 @@ void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::
       }
     }
     if (got < recv_len) {
-      ssize_t n = ::recv(prev_fd_, recv + got, recv_len - got, MSG_DONTWAIT);
+      ssize_t n = ::recv(prev_.get(), recv + got, recv_len - got, MSG_DONTWAIT);
       if (n > 0) {
         got += static_cast<std::size_t>(n);
         on_recv(got);
@@ -72,8 +67,8 @@ void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::
     if (now >= deadline) throw TimeoutError(std::string("waiting for the ring's peers during ") + what);
     pollfd fds[2];
     int nfds = 0;
-    if (sent < send_len) fds[nfds++] = {next_fd_, POLLOUT, 0};
-    if (got < recv_len) fds[nfds++] = {prev_fd_, POLLIN, 0};
+    if (sent < send_len) fds[nfds++] = {next_.get(), POLLOUT, 0};
+    if (got < recv_len) fds[nfds++] = {prev_.get(), POLLIN, 0};
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
     int rc = ::poll(fds, nfds, static_cast<int>(std::max<long long>(1, left)));
     if (rc < 0 && errno != EINTR) throw Error(std::string("poll failed during ") + what + ": " + std::strerror(errno));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "muster/net/unique_fd.hpp"
 #include "muster/process_group.hpp"
 #include "wait.hpp"
 
@@ -19,8 +20,7 @@ class TcpRing {
   // members: global ranks in ring order; position: this rank's index in it.
   // next_fd / prev_fd: connected sockets (the same peer when size is 2, but
   // two sockets). A failure elsewhere reaches a ring as its sockets closing.
-  TcpRing(std::vector<int> members, int position, int next_fd, int prev_fd);
-  ~TcpRing();
+  TcpRing(std::vector<int> members, int position, net::UniqueFd next, net::UniqueFd prev);
   TcpRing(const TcpRing&) = delete;
   TcpRing& operator=(const TcpRing&) = delete;
 
@@ -54,8 +54,8 @@ class TcpRing {
 
   std::vector<int> members_;
   int position_;
-  int next_fd_;
-  int prev_fd_;
+  net::UniqueFd next_;
+  net::UniqueFd prev_;
   std::vector<char> scratch_;
 };
 

@@ -86,6 +86,12 @@ struct ProcessGroupOptions {
   // "cpu" is the one backend of ProcessGroup; NCCL has its own class
   // (muster/nccl.hpp) built on a ProcessGroup's store.
   std::string backend = "cpu";
+  // The group's name: its keys in the store go under it, so groups that ranks
+  // make in different orders still find each other. Up to 128 letters,
+  // digits, '_', '-' or '.'. Unnamed groups are named by how many unnamed
+  // ones this process made before (pg0, pg1, ...): every rank must then make
+  // them in the same order, as with torch's unnamed groups.
+  std::string name;
 };
 
 class ProcessGroup {
@@ -143,6 +149,13 @@ class ProcessGroup {
   // The job's store, under this group's key prefix (what the NCCL backend
   // exchanges its unique id through). Blocking, bounded by timeout().
   void store_set(const std::string& key, const std::string& value);
+  // The group's name (ProcessGroupOptions::name, or pg<n>).
+  const std::string& name() const;
+  // A fresh key of this group for `kind`: kind/0, kind/1, ... in the order
+  // this rank asks. The NCCL backend takes its unique id's key from here, so
+  // communicators of different groups never share one; ranks that make the
+  // same calls on a group in the same order get the same keys.
+  std::string next_key(const std::string& kind);
   std::string store_get(const std::string& key);
 
   // Closes the connections and unmaps the shared memory. Later calls throw.

@@ -28,16 +28,22 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  // A failed system call: its errno rides along with the message that names it.
+  Status(Code code, std::string message, int sys_errno)
+      : code_(code), message_(std::move(message)), sys_errno_(sys_errno) {}
 
   static Status ok_status() { return {}; }
 
   bool ok() const { return code_ == Code::ok; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The errno of the system call that failed, 0 when none did.
+  int sys_errno() const { return sys_errno_; }
 
  private:
   Code code_ = Code::ok;
   std::string message_;
+  int sys_errno_ = 0;
 };
 
 inline Status invalid_argument(std::string message) {

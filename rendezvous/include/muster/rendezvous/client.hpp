@@ -20,7 +20,7 @@
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/core.hpp"
 #include "muster/rendezvous/protocol.hpp"
-#include "muster/rendezvous/tcp_util.hpp"
+#include "muster/net/asio_tcp.hpp"
 
 namespace muster::rendezvous {
 

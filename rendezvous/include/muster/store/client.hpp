@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "muster/common/status.hpp"
+#include "muster/net/unique_fd.hpp"
 #include "muster/store/protocol.hpp"
 
 namespace muster::store {
@@ -62,7 +63,7 @@ class StoreClient {
   std::string key(const std::string& k) const { return "/" + k; }
   std::vector<std::string> keys(const std::vector<std::string>& ks) const;
 
-  int fd_ = -1;
+  net::UniqueFd fd_;
   ClientOptions options_;
   std::string address_;
 };

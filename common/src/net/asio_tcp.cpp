@@ -1,4 +1,4 @@
-#include "muster/rendezvous/tcp_util.hpp"
+#include "muster/net/asio_tcp.hpp"
 
 #include <array>
 #include <cstring>
