@@ -63,6 +63,15 @@ def test_tcp_ring_only():
     assert transports(r.stdout) == {"tcp"}
 
 
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_named_groups_meet_whatever_order_ranks_make_them(transport):
+    env = base_env(MUSTER_CPU_TRANSPORT=transport, MUSTER_TEST_TIMEOUT_MS=int(60000 * SLACK))
+    r = run_muster(["--nproc-per-node=3", "--standalone", "--no-python", TOOL, "named"], env=env, timeout=300 * SLACK)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ranks = sorted(int(line.split("rank=")[1]) for line in r.stdout.splitlines() if line.startswith("named groups ok"))
+    assert ranks == [0, 1, 2]
+
+
 def two_agents(nprocs, mode="check"):
     port = free_port()
     procs = []

@@ -10,6 +10,10 @@
 //                     others' group has MUSTER_TEST_TIMEOUT_MS and must time out
 //                     (exit 4 on TimeoutError)
 //   info              prints rank, size, local rank/size, nodes, transport
+//   named             two named groups formed at once on two threads, started
+//                     in opposite orders on odd and even ranks; each all_reduces
+//                     and hands out its own keys; a bad name is refused;
+//                     prints "named groups ok rank=R"
 #include <unistd.h>
 
 #include <chrono>
@@ -192,6 +196,54 @@ int run_check(muster::ProcessGroup& pg) {
   return 0;
 }
 
+int run_named(muster::ProcessGroup& pg, const muster::ProcessGroupOptions& base) {
+  muster::ProcessGroupOptions bad = base;
+  bad.name = "a/b";
+  try {
+    muster::ProcessGroup::create(bad);
+    fail("the group name a/b was accepted");
+  } catch (const muster::Error& e) {
+    if (std::strstr(e.what(), "group name") == nullptr) fail(std::string("unclear error for a/b: ") + e.what());
+  }
+  const char* names[2] = {"left", "right"};
+  if (pg.rank() % 2 == 1) std::swap(names[0], names[1]);
+  muster::ProcessGroup groups[2];
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        muster::ProcessGroupOptions o = base;
+        o.name = names[t];
+        // Even ranks make left first, odd ones right first. Each group sums
+        // something of its own, so groups that paired up wrongly (as unnamed
+        // groups made in different orders do) give a wrong sum.
+        if (t == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        groups[t] = muster::ProcessGroup::create(o);
+        const double scale = std::string(names[t]) == "left" ? 1.0 : 10.0;
+        std::vector<double> v(1000, (pg.rank() + 1.0) * scale);
+        groups[t].all_reduce(std::span<double>(v));
+        double want = scale * pg.size() * (pg.size() + 1) / 2.0;
+        if (v[0] != want || v[999] != want) fail(std::string("all_reduce in group ") + names[t]);
+        if (groups[t].name() != names[t]) fail("the name of group " + std::string(names[t]));
+        if (groups[t].next_key("nccl") != "nccl/0" || groups[t].next_key("nccl") != "nccl/1") {
+          fail(std::string("the keys of group ") + names[t]);
+        }
+      } catch (const muster::Error& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 2; ++t) {
+    if (!errors[t].empty()) fail(std::string("group ") + names[t] + ": " + errors[t]);
+    if (groups[t].valid()) groups[t].destroy();
+  }
+  if (g_failures != 0) return 1;
+  std::printf("named groups ok rank=%d\n", pg.rank());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -209,6 +261,11 @@ int main(int argc, char** argv) {
     }
     if (mode == "check") {
       int rc = run_check(pg);
+      muster::destroy_process_group();
+      return rc;
+    }
+    if (mode == "named") {
+      int rc = run_named(pg, opts);
       muster::destroy_process_group();
       return rc;
     }
@@ -251,7 +308,7 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    std::fprintf(stderr, "usage: collectives_tool check|info|die RANK|stall RANK MS\n");
+    std::fprintf(stderr, "usage: collectives_tool check|info|named|die RANK|stall RANK MS\n");
     return 2;
   } catch (const muster::Error& e) {
     std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?", e.what());

@@ -232,6 +232,16 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
     throw Error("muster: backend '" + o.backend +
                 "' is not a ProcessGroup backend; use \"cpu\" (NCCL: muster::NcclCommunicator in muster/nccl.hpp)");
   }
+  if (o.name.empty()) {
+    name = "pg" + std::to_string(registry().unnamed_groups.fetch_add(1));
+  } else {
+    if (o.name.size() > kMaxGroupName ||
+        !std::all_of(o.name.begin(), o.name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; })) {
+      throw Error("muster: the group name '" + o.name + "' must be 1-" + std::to_string(kMaxGroupName) +
+                  " letters, digits, '_', '-' or '.'");
+    }
+    name = o.name;
+  }
   std::string addr = o.master_addr ? *o.master_addr : env("MASTER_ADDR").value_or("");
   if (addr.empty()) {
     throw Error("muster: MASTER_ADDR is not set; run the program under muster or torchrun, or set ProcessGroupOptions::master_addr");
@@ -258,16 +268,6 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
     throw Error(msg);
   }
   store.emplace(std::move(client.value()));
-  if (o.name.empty()) {
-    name = "pg" + std::to_string(registry().unnamed_groups.fetch_add(1));
-  } else {
-    if (o.name.size() > kMaxGroupName ||
-        !std::all_of(o.name.begin(), o.name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; })) {
-      throw Error("muster: the group name '" + o.name + "' must be 1-" + std::to_string(kMaxGroupName) +
-                  " letters, digits, '_', '-' or '.'");
-    }
-    name = o.name;
-  }
   // Named groups have a folder of their own, so no name meets a default one.
   prefix = "muster/attempt_" + std::to_string(restart) + "/" + (o.name.empty() ? name : "named/" + name) + "/";
 

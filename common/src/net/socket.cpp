@@ -19,7 +19,8 @@ void UniqueFd::reset(int fd) {
 }
 
 int poll_timeout_ms(Deadline deadline, int cap_ms) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  // Rounded up: a wait never ends before its deadline.
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
   if (left <= 0) return 0;
   return static_cast<int>(std::min<long long>(left, cap_ms));
 }
