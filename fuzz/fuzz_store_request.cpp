@@ -13,7 +13,7 @@ using namespace muster::store;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
-  Dialect dialect = (data[0] & 1) ? Dialect::v1_13 : Dialect::v2;
+  Dialect dialect = (data[0] & 1) ? Dialect::before_validate : Dialect::with_validate;
   std::size_t piece = 1 + (data[0] >> 1);
   std::string_view input(reinterpret_cast<const char*>(data + 1), size - 1);
 

@@ -29,7 +29,7 @@ Result<StoreClient> StoreClient::connect(const std::string& host, int port, Clie
     if (!fd.ok()) error = fd.status().message();
     if (fd.ok()) {
       c.fd_ = std::move(fd.value());
-      if (options.dialect == Dialect::v2) {
+      if (dialect_of(options.server) == Dialect::with_validate) {
         Request validate;
         validate.op = Op::validate;
         validate.u32 = kValidateMagic;
@@ -68,7 +68,7 @@ Status StoreClient::broken(Status why) {
 
 Status StoreClient::send(const Request& r) {
   if (!fd_) return Status(Code::closed, "the connection to the store at " + address_ + " is closed");
-  std::string bytes = encode_request(options_.dialect, r);
+  std::string bytes = encode_request(dialect_of(options_.server), r);
   if (auto st = net::send_all(fd_.get(), bytes.data(), bytes.size(), deadline(), "the store at " + address_); !st.ok()) {
     return broken(st);
   }
@@ -177,7 +177,7 @@ Status StoreClient::wait(const std::vector<std::string>& ks, std::chrono::millis
   if (v.status().code() != Code::timeout) return v.status();
   std::string what = "wait timeout after " + std::to_string(timeout.count()) + "ms for the key(s)";
   for (const auto& k : ks) what += " '" + k + "'";
-  if (options_.dialect == Dialect::v1_13) {
+  if (!server_answers(options_.server, Op::cancel_wait)) {
     // 1.13 servers cannot cancel a wait: its late answer would arrive as the
     // reply to the next call, so this connection cannot be used again.
     return broken(Status(Code::timeout, what + " (the connection is closed: 1.13 stores cannot cancel a wait)"));
@@ -218,12 +218,23 @@ Status StoreClient::append(const std::string& k, std::string_view value) {
   r.op = Op::append;
   r.keys = {key(k)};
   r.values = {std::string(value)};
-  if (tag_of(options_.dialect, r.op) == 0xff) return invalid_argument("APPEND needs the torch 2.x dialect");
+  if (!server_answers(options_.server, r.op)) {
+    return invalid_argument("the store at " + address_ + " (torch 1.13) has no APPEND; nothing was sent");
+  }
   return send(r);
 }
 
 Result<std::vector<std::string>> StoreClient::multi_get(const std::vector<std::string>& ks) {
   if (auto st = wait(ks); !st.ok()) return st;
+  if (!server_answers(options_.server, Op::multi_get)) {
+    std::vector<std::string> out;
+    for (const auto& k : ks) {
+      auto v = get(k);
+      if (!v.ok()) return v.status();
+      out.push_back(std::move(v.value()));
+    }
+    return out;
+  }
   Request r;
   r.op = Op::multi_get;
   r.keys = keys(ks);
@@ -240,6 +251,12 @@ Result<std::vector<std::string>> StoreClient::multi_get(const std::vector<std::s
 
 Status StoreClient::multi_set(const std::vector<std::string>& ks, const std::vector<std::string>& values) {
   if (ks.size() != values.size()) return invalid_argument("multi_set needs as many values as keys");
+  if (!server_answers(options_.server, Op::multi_set)) {
+    for (std::size_t i = 0; i < ks.size(); ++i) {
+      if (auto st = set(ks[i], values[i]); !st.ok()) return st;
+    }
+    return {};
+  }
   Request r;
   r.op = Op::multi_set;
   r.keys = keys(ks);

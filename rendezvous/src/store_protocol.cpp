@@ -7,8 +7,9 @@ namespace muster::store {
 namespace {
 
 // Tags by dialect. 1.13 knows 0-8; its successors without VALIDATE (2.0/2.1)
-// added 9-12 in the same numbering, which the legacy dialect accepts too.
-constexpr Op kLegacy[] = {Op::set,       Op::compare_set, Op::get,       Op::add,      Op::check,
+// added 9-12 in the same numbering.
+constexpr std::size_t kTorch113Queries = 9;
+constexpr Op kBeforeValidate[] = {Op::set,       Op::compare_set, Op::get,       Op::add,      Op::check,
                           Op::wait,      Op::num_keys,    Op::watch_key, Op::delete_key, Op::append,
                           Op::multi_get, Op::multi_set,   Op::cancel_wait};
 constexpr Op kV2[] = {Op::validate,   Op::set,        Op::compare_set, Op::get,        Op::add,
@@ -70,9 +71,22 @@ std::size_t string_field(std::string_view data, std::size_t pos, std::size_t lim
 
 }  // namespace
 
+Dialect dialect_of(ServerGeneration g) {
+  return g == ServerGeneration::torch_2_2 ? Dialect::with_validate : Dialect::before_validate;
+}
+
+bool server_answers(ServerGeneration g, Op op) {
+  switch (g) {
+    case ServerGeneration::torch_1_13: return tag_of(Dialect::before_validate, op) < kTorch113Queries;
+    case ServerGeneration::torch_2_0: return tag_of(Dialect::before_validate, op) != 0xff;
+    case ServerGeneration::torch_2_2: return tag_of(Dialect::with_validate, op) != 0xff;
+  }
+  return false;
+}
+
 std::optional<Op> op_from_tag(Dialect d, uint8_t tag) {
-  if (d == Dialect::v1_13) {
-    if (tag < std::size(kLegacy)) return kLegacy[tag];
+  if (d == Dialect::before_validate) {
+    if (tag < std::size(kBeforeValidate)) return kBeforeValidate[tag];
     return std::nullopt;
   }
   if (tag < std::size(kV2)) return kV2[tag];
@@ -80,9 +94,9 @@ std::optional<Op> op_from_tag(Dialect d, uint8_t tag) {
 }
 
 uint8_t tag_of(Dialect d, Op op) {
-  if (d == Dialect::v1_13) {
-    for (std::size_t i = 0; i < std::size(kLegacy); ++i) {
-      if (kLegacy[i] == op) return static_cast<uint8_t>(i);
+  if (d == Dialect::before_validate) {
+    for (std::size_t i = 0; i < std::size(kBeforeValidate); ++i) {
+      if (kBeforeValidate[i] == op) return static_cast<uint8_t>(i);
     }
     return 0xff;
   }

@@ -64,9 +64,9 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
     if (parser_) return true;
     std::string_view in = std::string_view(in_).substr(in_pos_);
     if (in.empty()) return false;
-    Dialect dialect = Dialect::v2;
+    Dialect dialect = Dialect::with_validate;
     if (static_cast<uint8_t>(in[0]) != 0) {
-      dialect = Dialect::v1_13;
+      dialect = Dialect::before_validate;
     } else {
       if (in.size() < 5) return false;
       if (server_.diverter_ && static_cast<uint8_t>(in[1]) <= 0x10 && in[4] == '{') {
@@ -75,7 +75,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       }
       uint32_t magic = 0;
       std::memcpy(&magic, in.data() + 1, 4);
-      dialect = magic == kValidateMagic ? Dialect::v2 : Dialect::v1_13;
+      dialect = magic == kValidateMagic ? Dialect::with_validate : Dialect::before_validate;
     }
     dialect_ = dialect;
     parser_.emplace(dialect);
@@ -196,7 +196,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool diverted_ = false;
   bool held_back_ = false;  // requests left in in_ for want of room to answer them
-  Dialect dialect_ = Dialect::v2;
+  Dialect dialect_ = Dialect::with_validate;
 };
 
 StoreServer::StoreServer(asio::io_context& io)

@@ -21,8 +21,7 @@ if mode == "server":
     store.wait(["done"], timedelta(seconds=30))
     for key in ("ours", "counter", "theirs"):
         out[key] = store.get(key).decode()
-    if V2:
-        out["m1"] = store.get("m1").decode()
+    out["m1"] = store.get("m1").decode()
     out["temp_deleted"] = not store.delete_key("temp")
     print(json.dumps(out), flush=True)
     sys.exit(0)

@@ -1,7 +1,7 @@
 // Test helper for the store compatibility tests.
 //   store_tool serve             muster's store on a free port; prints "PORT <n>", runs until stdin closes
-//   store_tool client HOST PORT DIALECT
-//                                muster's client against any TCPStore server (DIALECT: v2 or v1_13);
+//   store_tool client HOST PORT SERVER
+//                                muster's client against any TCPStore server (SERVER: torch2 or torch1.13);
 //                                runs a fixed scenario and prints one "name=value" line per result
 #include <unistd.h>
 
@@ -53,7 +53,14 @@ std::string show(const muster::Result<T>& r) {
 std::string show(const muster::Status& s) { return s.ok() ? "ok" : "error:" + s.message(); }
 
 int client(const std::string& host, int port, const std::string& dialect) {
-  ClientOptions opts{dialect == "v1_13" ? Dialect::v1_13 : Dialect::v2, 20000ms};
+  ClientOptions opts;
+  opts.timeout = 20000ms;
+  if (dialect == "torch1.13") {
+    opts.server = ServerGeneration::torch_1_13;
+  } else if (dialect != "torch2") {
+    std::fprintf(stderr, "store_tool: the server is torch1.13 or torch2, not %s\n", dialect.c_str());
+    return 2;
+  }
   auto c = StoreClient::connect(host, port, opts);
   if (!c.ok()) {
     std::printf("connect=error:%s\n", c.status().message().c_str());
@@ -72,17 +79,17 @@ int client(const std::string& host, int port, const std::string& dialect) {
   std::printf("set_temp=%s\n", show(s.set("temp", "t")).c_str());
   std::printf("delete=%s\n", show(s.delete_key("temp")).c_str());
   std::printf("delete_again=%s\n", show(s.delete_key("temp")).c_str());
-  if (opts.dialect == Dialect::v2) {
-    std::printf("multi_set=%s\n", show(s.multi_set({"m1", "m2"}, {"a", "b"})).c_str());
-    std::printf("multi_get=%s\n", show(s.multi_get({"m1", "m2"})).c_str());
-    std::printf("append=%s\n", show(s.append("m1", "+")).c_str());
-    std::printf("get_appended=%s\n", show(s.get("m1")).c_str());
-  }
+  // On 1.13, MULTI_SET and MULTI_GET go as one query per key, and APPEND is
+  // refused without a byte sent, so the connection goes on.
+  std::printf("multi_set=%s\n", show(s.multi_set({"m1", "m2"}, {"a", "b"})).c_str());
+  std::printf("multi_get=%s\n", show(s.multi_get({"m1", "m2"})).c_str());
+  std::printf("append=%s\n", show(s.append("m1", "+")).c_str());
+  std::printf("get_appended=%s\n", show(s.get("m1")).c_str());
   std::printf("num_keys=%s\n", show(s.num_keys()).c_str());
   auto wait_ms = 300ms;
   auto st = s.wait({"never_set"}, wait_ms);
   std::printf("wait_timeout=%s\n", st.code() == muster::Code::timeout ? "timeout" : show(st).c_str());
-  if (opts.dialect == Dialect::v2) {
+  if (opts.server != ServerGeneration::torch_1_13) {
     std::printf("after_timeout=%s\n", show(s.get("ours")).c_str());
   }
   // The last key tells the peer that the scenario is over.
@@ -98,6 +105,6 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "serve") return serve();
   if (mode == "client" && argc == 5) return client(argv[2], std::stoi(argv[3]), argv[4]);
-  std::fprintf(stderr, "usage: store_tool serve | store_tool client HOST PORT v2|v1_13\n");
+  std::fprintf(stderr, "usage: store_tool serve | store_tool client HOST PORT torch2|torch1.13\n");
   return 2;
 }

@@ -5,23 +5,23 @@
 using namespace muster::store;
 
 TEST_CASE("the two dialects number their queries differently", "[protocol]") {
-  CHECK(*op_from_tag(Dialect::v1_13, 0) == Op::set);
-  CHECK(*op_from_tag(Dialect::v1_13, 5) == Op::wait);
-  CHECK(*op_from_tag(Dialect::v1_13, 7) == Op::watch_key);
-  CHECK(*op_from_tag(Dialect::v2, 0) == Op::validate);
-  CHECK(*op_from_tag(Dialect::v2, 6) == Op::wait);
-  CHECK(*op_from_tag(Dialect::v2, 8) == Op::delete_key);
-  CHECK(*op_from_tag(Dialect::v2, 13) == Op::ping);
-  CHECK(*op_from_tag(Dialect::v2, 18) == Op::barrier);
-  CHECK_FALSE(op_from_tag(Dialect::v2, 19));
-  CHECK_FALSE(op_from_tag(Dialect::v1_13, 13));
+  CHECK(*op_from_tag(Dialect::before_validate, 0) == Op::set);
+  CHECK(*op_from_tag(Dialect::before_validate, 5) == Op::wait);
+  CHECK(*op_from_tag(Dialect::before_validate, 7) == Op::watch_key);
+  CHECK(*op_from_tag(Dialect::with_validate, 0) == Op::validate);
+  CHECK(*op_from_tag(Dialect::with_validate, 6) == Op::wait);
+  CHECK(*op_from_tag(Dialect::with_validate, 8) == Op::delete_key);
+  CHECK(*op_from_tag(Dialect::with_validate, 13) == Op::ping);
+  CHECK(*op_from_tag(Dialect::with_validate, 18) == Op::barrier);
+  CHECK_FALSE(op_from_tag(Dialect::with_validate, 19));
+  CHECK_FALSE(op_from_tag(Dialect::before_validate, 13));
 }
 
 TEST_CASE("captured 1.13 bytes parse", "[protocol]") {
   // ADD "init/" +1, as a real 1.13 client sends it.
   std::string add = std::string("\x03\x05\0\0\0\0\0\0\0init/\x01\0\0\0\0\0\0\0", 22);
   Request r;
-  auto p = parse_request(Dialect::v1_13, add, r);
+  auto p = parse_request(Dialect::before_validate, add, r);
   REQUIRE(p.status == ParseStatus::complete);
   CHECK(p.consumed == 22);
   CHECK(r.op == Op::add);
@@ -30,7 +30,7 @@ TEST_CASE("captured 1.13 bytes parse", "[protocol]") {
 }
 
 TEST_CASE("a request split anywhere is incomplete until its last byte", "[protocol]") {
-  for (Dialect d : {Dialect::v1_13, Dialect::v2}) {
+  for (Dialect d : {Dialect::before_validate, Dialect::with_validate}) {
     Request in;
     in.op = Op::multi_set;
     in.keys = {"/a", "/bb"};
@@ -52,13 +52,13 @@ TEST_CASE("a request split anywhere is incomplete until its last byte", "[protoc
 
 TEST_CASE("unknown tags and oversized lengths are invalid, not allocated", "[protocol]") {
   Request r;
-  CHECK(parse_request(Dialect::v2, std::string(1, '\x40'), r).status == ParseStatus::invalid);
+  CHECK(parse_request(Dialect::with_validate, std::string(1, '\x40'), r).status == ParseStatus::invalid);
   std::string huge = std::string(1, '\x03');  // v2 GET
   put_u64(huge, 1ULL << 40);
-  CHECK(parse_request(Dialect::v2, huge, r).status == ParseStatus::invalid);
+  CHECK(parse_request(Dialect::with_validate, huge, r).status == ParseStatus::invalid);
   std::string many = std::string(1, '\x06');  // v2 WAIT
   put_u64(many, 1ULL << 30);
-  CHECK(parse_request(Dialect::v2, many, r).status == ParseStatus::invalid);
+  CHECK(parse_request(Dialect::with_validate, many, r).status == ParseStatus::invalid);
 }
 
 TEST_CASE("the incremental parser gives the same requests however the stream is cut", "[protocol][hardening]") {
@@ -73,9 +73,9 @@ TEST_CASE("the incremental parser gives the same requests however the stream is 
   c.op = Op::add;
   c.keys = {"n"};
   c.number = -5;
-  std::string stream = encode_request(Dialect::v2, a) + encode_request(Dialect::v2, b) + encode_request(Dialect::v2, c);
+  std::string stream = encode_request(Dialect::with_validate, a) + encode_request(Dialect::with_validate, b) + encode_request(Dialect::with_validate, c);
   for (std::size_t cut : {1, 3, 7, 64, 4096}) {
-    RequestParser parser(Dialect::v2);
+    RequestParser parser(Dialect::with_validate);
     std::vector<Request> got;
     std::string buffer;
     std::size_t pos = 0;
@@ -101,10 +101,31 @@ TEST_CASE("the incremental parser gives the same requests however the stream is 
 
 TEST_CASE("a key count over the limit is refused before anything is read", "[protocol][hardening]") {
   std::string bytes;
-  put_u8(bytes, tag_of(Dialect::v2, Op::wait));
+  put_u8(bytes, tag_of(Dialect::with_validate, Op::wait));
   put_u64(bytes, kMaxKeyCount + 1);
   Request r;
-  auto res = parse_request(Dialect::v2, bytes, r);
+  auto res = parse_request(Dialect::with_validate, bytes, r);
   CHECK(res.status == ParseStatus::invalid);
   CHECK(res.error.find("over the limit") != std::string::npos);
+}
+
+TEST_CASE("which queries each server generation answers", "[store]") {
+  using muster::store::ServerGeneration;
+  CHECK(dialect_of(ServerGeneration::torch_1_13) == Dialect::before_validate);
+  CHECK(dialect_of(ServerGeneration::torch_2_0) == Dialect::before_validate);
+  CHECK(dialect_of(ServerGeneration::torch_2_2) == Dialect::with_validate);
+  // 1.13: SET to DELETE_KEY, WATCH_KEY among them; none of what 2.0 added.
+  for (Op op : {Op::set, Op::compare_set, Op::get, Op::add, Op::check, Op::wait, Op::num_keys, Op::watch_key,
+                Op::delete_key}) {
+    CHECK(server_answers(ServerGeneration::torch_1_13, op));
+  }
+  for (Op op : {Op::append, Op::multi_get, Op::multi_set, Op::cancel_wait, Op::validate, Op::ping}) {
+    CHECK_FALSE(server_answers(ServerGeneration::torch_1_13, op));
+  }
+  CHECK(server_answers(ServerGeneration::torch_2_0, Op::append));
+  CHECK(server_answers(ServerGeneration::torch_2_0, Op::cancel_wait));
+  CHECK_FALSE(server_answers(ServerGeneration::torch_2_0, Op::ping));
+  CHECK(server_answers(ServerGeneration::torch_2_2, Op::ping));
+  CHECK(server_answers(ServerGeneration::torch_2_2, Op::barrier));
+  CHECK_FALSE(server_answers(ServerGeneration::torch_2_2, Op::watch_key));
 }

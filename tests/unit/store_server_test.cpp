@@ -43,8 +43,8 @@ struct ServerThread {
   }
 };
 
-StoreClient client(int port, Dialect d, std::chrono::milliseconds timeout = 5000ms) {
-  auto c = StoreClient::connect("127.0.0.1", port, {d, timeout});
+StoreClient client(int port, ServerGeneration g, std::chrono::milliseconds timeout = 5000ms) {
+  auto c = StoreClient::connect("127.0.0.1", port, {g, timeout});
   REQUIRE(c.ok());
   return std::move(c.value());
 }
@@ -53,8 +53,8 @@ StoreClient client(int port, Dialect d, std::chrono::milliseconds timeout = 5000
 
 TEST_CASE("clients of both dialects share one key space", "[server]") {
   ServerThread s;
-  auto v2 = client(s.port(), Dialect::v2);
-  auto old = client(s.port(), Dialect::v1_13);
+  auto v2 = client(s.port(), ServerGeneration::torch_2_2);
+  auto old = client(s.port(), ServerGeneration::torch_1_13);
   REQUIRE(v2.set("k", "from v2").ok());
   CHECK(old.get("k").value() == "from v2");
   CHECK(old.add("n", 3).value() == 3);
@@ -69,12 +69,20 @@ TEST_CASE("clients of both dialects share one key space", "[server]") {
   REQUIRE(v2.multi_set({"a", "b"}, {"1", "2"}).ok());
   REQUIRE(v2.append("a", "+").ok());
   CHECK(v2.multi_get({"a", "b"}).value() == std::vector<std::string>{"1+", "2"});
+  // Without VALIDATE, the server also takes the queries torch 2.0 and 2.1 added.
+  auto mid = client(s.port(), ServerGeneration::torch_2_0);
+  REQUIRE(mid.append("a", "!").ok());
+  CHECK(mid.multi_get({"a", "b"}).value() == std::vector<std::string>{"1+!", "2"});
+  // A 1.13 client sends no APPEND, and emulates MULTI_SET and MULTI_GET.
+  CHECK(old.append("a", "x").code() == muster::Code::invalid_argument);
+  REQUIRE(old.multi_set({"c", "d"}, {"3", "4"}).ok());
+  CHECK(old.multi_get({"a", "c", "d"}).value() == std::vector<std::string>{"1+!", "3", "4"});
 }
 
 TEST_CASE("a wait is answered when another client sets the key", "[server]") {
   ServerThread s;
-  auto waiter = client(s.port(), Dialect::v2);
-  auto setter = client(s.port(), Dialect::v1_13);
+  auto waiter = client(s.port(), ServerGeneration::torch_2_2);
+  auto setter = client(s.port(), ServerGeneration::torch_1_13);
   auto done = std::async(std::launch::async, [&] { return waiter.get("late"); });
   // The set comes only once the server holds the get's wait (bounded: 10 s).
   bool waiting = false;
@@ -91,7 +99,7 @@ TEST_CASE("a wait is answered when another client sets the key", "[server]") {
 
 TEST_CASE("a wait times out, is cancelled, and the connection goes on working", "[server]") {
   ServerThread s;
-  auto c = client(s.port(), Dialect::v2);
+  auto c = client(s.port(), ServerGeneration::torch_2_2);
   auto st = c.wait({"never"}, 100ms);
   REQUIRE_FALSE(st.ok());
   CHECK(st.code() == muster::Code::timeout);
@@ -102,7 +110,7 @@ TEST_CASE("a wait times out, is cancelled, and the connection goes on working", 
 
 TEST_CASE("a malformed connection is closed and the others carry on", "[server]") {
   ServerThread s;
-  auto good = client(s.port(), Dialect::v2);
+  auto good = client(s.port(), ServerGeneration::torch_2_2);
   REQUIRE(good.set("k", "v").ok());
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -124,7 +132,7 @@ TEST_CASE("a client that finds no server says where it looked", "[server]") {
     ServerThread s;
     port = s.port();
   }
-  auto c = StoreClient::connect("127.0.0.1", port, {Dialect::v2, 300ms});
+  auto c = StoreClient::connect("127.0.0.1", port, {ServerGeneration::torch_2_2, 300ms});
   REQUIRE_FALSE(c.ok());
   CHECK(c.status().code() == muster::Code::unavailable);
   CHECK(c.status().message().find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
@@ -133,13 +141,13 @@ TEST_CASE("a client that finds no server says where it looked", "[server]") {
 TEST_CASE("reset forgets the keys of the previous attempt", "[server]") {
   ServerThread s;
   {
-    auto c = client(s.port(), Dialect::v2);
+    auto c = client(s.port(), ServerGeneration::torch_2_2);
     REQUIRE(c.set("old", "1").ok());
     REQUIRE(c.num_keys().value() == 1);
   }
   std::promise<void> reset;
   boost::asio::post(s.io, [&] { s.server->reset(); reset.set_value(); });
   reset.get_future().wait();
-  auto c = client(s.port(), Dialect::v2);
+  auto c = client(s.port(), ServerGeneration::torch_2_2);
   CHECK(c.num_keys().value() == 0);
 }

@@ -18,7 +18,10 @@
 namespace muster::store {
 
 struct ClientOptions {
-  Dialect dialect = Dialect::v2;
+  // The server's generation decides the dialect, and which calls are sent,
+  // emulated (MULTI_GET, MULTI_SET on 1.13: one GET or SET per key) or refused
+  // (APPEND on 1.13).
+  ServerGeneration server = ServerGeneration::torch_2_2;
   std::chrono::milliseconds timeout{300000};  // connect deadline and per-call bound
 };
 
@@ -41,7 +44,7 @@ class StoreClient {
   Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   Result<int64_t> num_keys();
   Result<bool> delete_key(const std::string& key);
-  // torch 2.x servers only (and muster's in either dialect):
+  // Not on a torch 1.13 server (invalid_argument, nothing sent).
   Status append(const std::string& key, std::string_view value);
   Result<std::vector<std::string>> multi_get(const std::vector<std::string>& keys);
   Status multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);

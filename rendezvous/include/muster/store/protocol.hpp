@@ -1,7 +1,7 @@
-// PyTorch's TCPStore wire protocol, both dialects: torch 2.x (opens with
-// VALIDATE, renumbered queries, PING) and torch 1.13 (no handshake, the old
-// numbering, WATCH_KEY on a callback connection). Integers are little-endian;
-// strings are a u64 length and the bytes.
+// PyTorch's TCPStore wire protocol, both dialects: torch 2.2 on (opens with
+// VALIDATE, renumbered queries, PING) and torch before it (1.13: no handshake,
+// the old numbering, WATCH_KEY on a callback connection). Integers are
+// little-endian; strings are a u64 length and the bytes.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,15 @@
 
 namespace muster::store {
 
-enum class Dialect { v1_13, v2 };
+// How a connection numbers its queries.
+//   with_validate: torch 2.2 and later. VALIDATE comes first, then the
+//     numbering it brought (PING, queues, LIST_KEYS, BARRIER since).
+//   before_validate: torch before VALIDATE: 1.13's queries 0-8 (WATCH_KEY at
+//     7), and APPEND, MULTI_GET, MULTI_SET and CANCEL_WAIT at 9-12, which
+//     torch 2.0 and 2.1 added. A server reads a connection that does not open
+//     with VALIDATE this way; a client must not send a server queries it does
+//     not answer (ServerGeneration).
+enum class Dialect { before_validate, with_validate };
 
 // What a query asks, whatever its dialect's tag.
 enum class Op {
@@ -66,6 +74,16 @@ constexpr std::size_t kMaxReplyBytes = 512 * 1024 * 1024;
 constexpr std::size_t kMaxWaitedKeysPerConnection = 2 * kMaxKeyCount;
 // 1.13 WATCH_KEY registrations of one connection.
 constexpr std::size_t kMaxWatchesPerConnection = 4096;
+
+// The TCPStore servers a client may meet, by the queries they answer (the
+// version boundaries are approximate: they come from the dates of the changes).
+enum class ServerGeneration {
+  torch_1_13,  // no handshake; SET to DELETE_KEY (tags 0-8)
+  torch_2_0,   // no handshake; and APPEND, MULTI_GET, MULTI_SET, CANCEL_WAIT
+  torch_2_2,   // VALIDATE, PING and the rest; muster's own server answers all
+};
+Dialect dialect_of(ServerGeneration g);
+bool server_answers(ServerGeneration g, Op op);
 
 std::optional<Op> op_from_tag(Dialect d, uint8_t tag);
 uint8_t tag_of(Dialect d, Op op);  // 0xff when the dialect has no such query
