@@ -6,10 +6,12 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <functional>
 #include <future>
 #include <thread>
 
 #include "muster/store/client.hpp"
+#include "muster/store/local_store.hpp"
 #include "muster/store/server.hpp"
 
 using namespace muster::store;
@@ -150,4 +152,63 @@ TEST_CASE("reset forgets the keys of the previous attempt", "[server]") {
   reset.get_future().wait();
   auto c = client(s.port(), ServerGeneration::torch_2_2);
   CHECK(c.num_keys().value() == 0);
+}
+
+namespace {
+
+// What every Store does, whoever serves it. a and b are two users of one store.
+void check_contract(Store& a, Store& b, const std::function<std::size_t()>& pending_waits) {
+  REQUIRE(a.set("k", "v").ok());
+  CHECK(b.get("k").value() == "v");
+  CHECK(a.add("n", 3).value() == 3);
+  CHECK(b.add("n", -5).value() == -2);
+  CHECK(a.get("n").value() == "-2");
+  // compare_set: swapped; not swapped (the current value comes back);
+  // missing key with an empty expectation: set.
+  CHECK(a.compare_set("k", "v", "w").value() == "w");
+  CHECK(b.compare_set("k", "x", "y").value() == "w");
+  CHECK(a.compare_set("fresh", "", "made").value() == "made");
+  CHECK(b.check({"k", "n"}).value());
+  CHECK_FALSE(b.check({"k", "absent"}).value());
+  CHECK(a.num_keys().value() == 3);
+  CHECK(a.delete_key("fresh").value());
+  CHECK_FALSE(b.delete_key("fresh").value());
+  // Requests of one user are in order; of two, only once an answer came back:
+  // each write is followed by a read of the same user's.
+  REQUIRE(a.multi_set({"x", "y"}, {"1", "2"}).ok());
+  CHECK(a.get("y").value() == "2");
+  REQUIRE(b.append("x", "+").ok());
+  CHECK(b.get("x").value() == "1+");
+  CHECK(a.multi_get({"x", "y"}).value() == std::vector<std::string>{"1+", "2"});
+  // A wait that nobody answers times out; one that another user answers ends.
+  auto st = a.wait({"never"}, 100ms);
+  CHECK(st.code() == muster::Code::timeout);
+  std::promise<muster::Status> waited;
+  std::thread waiter([&] { waited.set_value(a.wait({"later"}, 20s)); });
+  auto until = std::chrono::steady_clock::now() + 20s;
+  while (pending_waits() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  CHECK(pending_waits() == 1);
+  REQUIRE(b.set("later", "now").ok());
+  auto result = waited.get_future();
+  REQUIRE(result.wait_for(20s) == std::future_status::ready);
+  CHECK(result.get().ok());
+  waiter.join();
+  CHECK(pending_waits() == 0);
+  CHECK(b.get("later").value() == "now");
+  // ADD on a value that is no number is refused (a server closes that connection).
+  CHECK(a.add("k", 1).status().code() != muster::Code::ok);
+}
+
+}  // namespace
+
+TEST_CASE("the Store contract: muster's server through two clients", "[server]") {
+  ServerThread s;
+  auto a = client(s.port(), ServerGeneration::torch_2_2);
+  auto b = client(s.port(), ServerGeneration::torch_2_2);
+  check_contract(a, b, [&] { return s.pending_waits(); });
+}
+
+TEST_CASE("the Store contract: a LocalStore shared by threads", "[server]") {
+  LocalStore store;
+  check_contract(store, store, [&] { return store.pending_waits(); });
 }

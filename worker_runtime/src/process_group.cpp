@@ -157,7 +157,8 @@ struct ProcessGroup::Impl {
   boost::asio::io_context store_io;
   std::unique_ptr<store::StoreServer> store_server;
   std::thread store_thread;
-  std::optional<store::StoreClient> store;
+  std::unique_ptr<store::Store> store;
+  std::string local_host;  // this end's address on the store connection: how peers reach this host
 
   std::unique_ptr<detail::ShmNode> shm;
   std::unique_ptr<detail::TcpRing> flat;   // every rank, in rank order (when nodes > 1)
@@ -197,11 +198,11 @@ struct ProcessGroup::Impl {
     return std::move(r.value());
   }
   std::string get(const std::string& key) { return get_many({key})[0]; }
-  void store_barrier(const std::string& name) {
-    auto n = store->add(prefix + name + "/count", 1);
-    store_check(n.status(), "joining " + name);
-    if (n.value() == world) set(name + "/all", "1");
-    get(name + "/all");
+  void store_barrier(const std::string& barrier) {
+    auto n = store->add(prefix + barrier + "/count", 1);
+    store_check(n.status(), "joining " + barrier);
+    if (n.value() == world) set(barrier + "/all", "1");
+    get(barrier + "/all");
   }
 
   void connect(const ProcessGroupOptions& o);
@@ -267,7 +268,8 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
     if (client.status().code() == Code::timeout || client.status().code() == Code::unavailable) throw TimeoutError(msg);
     throw Error(msg);
   }
-  store.emplace(std::move(client.value()));
+  local_host = client->local_host();
+  store = std::make_unique<store::StoreClient>(std::move(client.value()));
   // Named groups have a folder of their own, so no name meets a default one.
   prefix = "muster/attempt_" + std::to_string(restart) + "/" + (o.name.empty() ? name : "named/" + name) + "/";
 
@@ -446,7 +448,7 @@ void ProcessGroup::Impl::accept_from_previous(int listener, std::vector<RingPlan
 
 void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::vector<std::vector<int>>& members) {
   const auto until = deadline();
-  std::string host = store->local_host();
+  std::string host = local_host;
   if (auto a = env("MUSTER_ADVERTISE_ADDR"); a && !a->empty()) host = *a;
   if (host.empty()) host = "127.0.0.1";
   const bool v6 = host.find(':') != std::string::npos;

@@ -14,6 +14,7 @@
 #include "muster/common/status.hpp"
 #include "muster/net/unique_fd.hpp"
 #include "muster/store/protocol.hpp"
+#include "muster/store/store.hpp"
 
 namespace muster::store {
 
@@ -25,29 +26,29 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{300000};  // connect deadline and per-call bound
 };
 
-class StoreClient {
+class StoreClient final : public Store {
  public:
   static Result<StoreClient> connect(const std::string& host, int port, ClientOptions options = {});
   StoreClient(StoreClient&& other) noexcept;
   StoreClient& operator=(StoreClient&& other) noexcept;
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
-  ~StoreClient();
+  ~StoreClient() override;
 
-  Status set(const std::string& key, std::string_view value);
+  Status set(const std::string& key, std::string_view value) override;
   // Waits for the key (up to the timeout), then reads it.
-  Result<std::string> get(const std::string& key);
-  Result<int64_t> add(const std::string& key, int64_t delta);
-  Result<std::string> compare_set(const std::string& key, std::string_view expected, std::string_view desired);
-  Result<bool> check(const std::vector<std::string>& keys);
-  Status wait(const std::vector<std::string>& keys);
-  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
-  Result<int64_t> num_keys();
-  Result<bool> delete_key(const std::string& key);
+  Result<std::string> get(const std::string& key) override;
+  Result<int64_t> add(const std::string& key, int64_t delta) override;
+  Result<std::string> compare_set(const std::string& key, std::string_view expected, std::string_view desired) override;
+  Result<bool> check(const std::vector<std::string>& keys) override;
+  Status wait(const std::vector<std::string>& keys) override;
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  Result<int64_t> num_keys() override;
+  Result<bool> delete_key(const std::string& key) override;
   // Not on a torch 1.13 server (invalid_argument, nothing sent).
-  Status append(const std::string& key, std::string_view value);
-  Result<std::vector<std::string>> multi_get(const std::vector<std::string>& keys);
-  Status multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+  Status append(const std::string& key, std::string_view value) override;
+  Result<std::vector<std::string>> multi_get(const std::vector<std::string>& keys) override;
+  Status multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) override;
 
   const std::string& address() const { return address_; }
   // This end's IP address on the connection (how peers that reach the store
