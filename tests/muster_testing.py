@@ -283,18 +283,6 @@ def write_json_atomically(path, value):
     os.replace(tmp, path)
 
 
-GLOO_ABORT = "terminate called without an active exception"
-
-
-def once_more_on_gloo_abort(run):
-    """Runs run(attempt); a second attempt only when a worker died of the gloo
-    abort seen now and then under load with torchrun and muster alike."""
-    r = run(0)
-    if r.returncode != 0 and GLOO_ABORT in r.stderr:
-        r = run(1)
-    return r
-
-
 def read_stderr_until(proc, pattern, timeout):
     """Reads a running process's stderr (its raw descriptor, so nothing waits in a
     Python buffer that select cannot see) until the bytes pattern (a regex)
