@@ -118,7 +118,7 @@ class Agent {
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;
   std::map<int, std::chrono::milliseconds> hung_;  // this attempt's workers stopped as hung
-  // --run-path: the attempt's folder where finished workers wait for the node's others (cli.cpp).
+  // --run-path: the attempt's folder where finished workers wait for the node's others (config_from_args.cpp).
   std::string run_path_done_dir_;
   void prepare_run_path_barrier();
   void remove_run_path_barrier();
