@@ -17,8 +17,22 @@ MUSTER = os.environ.get("MUSTER_BIN", str(HERE.parent / "build" / "launcher" / "
 RESTART_PROBE = os.environ.get("MUSTER_RESTART_PROBE", "")
 SANITIZED = os.environ.get("MUSTER_SANITIZED", "0") in ("1", "ON", "TRUE", "true")
 PYTHON = sys.executable
-# Bounds for waits; a sanitizer build runs slower.
-SLACK = 3.0 if SANITIZED else 1.0
+# Bounds for waits; a sanitizer build runs slower. MUSTER_TEST_SLACK sets it
+# outright (a loaded or slow machine).
+SLACK = float(os.environ.get("MUSTER_TEST_SLACK", "3.0" if SANITIZED else "1.0"))
+
+# Rendezvous settings for quick multi-node tests, scaled by the slack: a round
+# closes 1 s (times the slack) after its minimum of nodes, and a node is dead
+# after keep_alive_interval x keep_alive_max_attempt = 1.5 s (times the slack)
+# without a heartbeat.
+KEEP_ALIVE_MAX_ATTEMPT = max(3, round(3 * SLACK))
+FAST_RDZV_CONF = (f"last_call_timeout={SLACK:g},keep_alive_interval=0.5,"
+                  f"keep_alive_max_attempt={KEEP_ALIVE_MAX_ATTEMPT},join_timeout=60")
+# The settings a simulated agent (RdzvConn.join) sends: heartbeats every 500 ms
+# (times the slack), dead after three missed, a round closing 1 s after its
+# minimum, 10 s to reach it.
+SIM_KEEP_ALIVE_MS = int(500 * SLACK)
+SIM_KEEP_ALIVE_ATTEMPTS = 3
 
 
 def base_env(**extra):
@@ -205,8 +219,9 @@ class RdzvConn:
         return json.loads(payload)
 
     def join(self, job, node, nproc=1, min_nodes=1, max_nodes=1, **settings):
-        s = {"min_nodes": min_nodes, "max_nodes": max_nodes, "keep_alive_interval_ms": 200,
-             "keep_alive_max_attempt": 3, "last_call_timeout_ms": 300, "join_timeout_ms": 3000}
+        s = {"min_nodes": min_nodes, "max_nodes": max_nodes, "keep_alive_interval_ms": SIM_KEEP_ALIVE_MS,
+             "keep_alive_max_attempt": SIM_KEEP_ALIVE_ATTEMPTS, "last_call_timeout_ms": int(1000 * SLACK),
+             "join_timeout_ms": int(10000 * SLACK)}
         s.update(settings)
         self.send({"type": "join", "v": 1, "job": job, "node": node, "address": f"{node}.test",
                    "local_world_size": nproc, "store_port": 1000 + len(node), "settings": s})

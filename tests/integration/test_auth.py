@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, SLACK, RdzvConn, base_env, free_port, musterd_log,
+from muster_testing import (FAST_RDZV_CONF, DATA, SLACK, RdzvConn, base_env, free_port, musterd_log,
                             port_open, run_muster, start_muster, start_musterd, stop_musterd, wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
-FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
+FAST = FAST_RDZV_CONF
 KEY = b"a-shared-secret-of-some-length-0123456789"
 SERVER_PROOF = b"muster-rdzv-auth-1 server proof"
 CLIENT_PROOF = b"muster-rdzv-auth-1 client proof"

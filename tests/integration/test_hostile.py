@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, SANITIZED, SLACK, RdzvConn, base_env, fd_count, free_port, port_open, rss_kib, start_muster,
+from muster_testing import (FAST_RDZV_CONF, DATA, SANITIZED, SLACK, RdzvConn, base_env, fd_count, free_port, port_open, rss_kib, start_muster,
                             start_musterd, stop_musterd, wait_for)
 
 STORE_TOOL = os.environ.get("MUSTER_STORE_TOOL", "")
@@ -22,7 +22,7 @@ if SANITIZED:
     # ASan holds freed memory in a quarantine (256 MB by default), which would
     # read as growth in the memory tests; a small one still catches reuse.
     os.environ["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=8"
-FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
+FAST = FAST_RDZV_CONF
 
 
 @pytest.fixture

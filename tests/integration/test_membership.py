@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, SLACK, RdzvConn, free_port, musterd_log, pid_alive, start_muster, start_musterd,
+from muster_testing import (FAST_RDZV_CONF, DATA, SLACK, RdzvConn, free_port, musterd_log, pid_alive, start_muster, start_musterd,
                             stop_musterd, wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
 # The dead-after window is keep_alive_interval x keep_alive_max_attempt.
-FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
+FAST = FAST_RDZV_CONF
 
 
 def agent(endpoint, job, node, nproc, nnodes, out, *worker_args, extra=(), conf=FAST, env=None):
@@ -129,7 +129,7 @@ def test_musterd_killed_and_restarted_mid_job_goes_unnoticed(tmp_path):
     done = tmp_path / "done"
     # A dead-after window of 5 s (scaled by the slack): the restart below, within 2 s, comes
     # well inside it.
-    conf = f"last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt={int(10 * SLACK)},join_timeout=60"
+    conf = f"last_call_timeout={SLACK:g},keep_alive_interval=0.5,keep_alive_max_attempt={int(10 * SLACK)},join_timeout=60"
     procs = [agent(endpoint, "durable", n, 2, 2, tmp_path, "--fail-rank=3", f"--until-file={done}",
                    extra=["--max-restarts=3"], conf=conf) for n in (1, 2)]
     second = None

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, SLACK, base_env, free_port, port_open, start_muster, start_musterd, stop_musterd,
+from muster_testing import (FAST_RDZV_CONF, DATA, SLACK, base_env, free_port, port_open, start_muster, start_musterd, stop_musterd,
                             wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
-FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
+FAST = FAST_RDZV_CONF
 
 
 def agent(endpoint, job, node, nproc, nnodes, out, *worker_args, extra=(), conf=FAST):

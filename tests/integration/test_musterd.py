@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from muster_testing import SLACK, RdzvConn as Agent, start_musterd, stop_musterd
+from muster_testing import SIM_KEEP_ALIVE_ATTEMPTS, SIM_KEEP_ALIVE_MS, SLACK, RdzvConn as Agent, start_musterd, stop_musterd
 
 
 
@@ -77,7 +77,7 @@ def test_a_silent_agent_is_declared_dead_after_interval_times_attempts(musterd):
             break
     msg = a.recv()
     assert msg["type"] == "restart"
-    assert "b stopped answering for 600 ms" in msg["reason"]
+    assert f"b stopped answering for {SIM_KEEP_ALIVE_MS * SIM_KEEP_ALIVE_ATTEMPTS} ms" in msg["reason"]
 
 
 def test_failure_with_no_restarts_left_closes_the_job(musterd):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import DATA, MUSTER, PYTHON, SLACK, base_env, wait_for
+from muster_testing import FAST_RDZV_CONF, DATA, MUSTER, PYTHON, SLACK, base_env, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                 reason="network namespaces need root and iproute2 (ip)")
@@ -71,7 +71,7 @@ def worker_pid_of_rank(out, rank):
 
 def test_a_host_whose_link_is_cut_is_dropped_and_the_others_re_form(hosts, tmp_path):
     sw, names = hosts
-    conf = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60,reconnect_timeout=8"
+    conf = FAST_RDZV_CONF + ",reconnect_timeout=8"
     procs = []
     for i, h in enumerate(names, start=1):
         cmd = ["ip", "netns", "exec", h, MUSTER, "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",

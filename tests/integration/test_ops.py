@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, SLACK, RdzvConn, base_env, free_port, read_stderr_until, run_muster,
+from muster_testing import (FAST_RDZV_CONF, DATA, SLACK, RdzvConn, base_env, free_port, read_stderr_until, run_muster,
                             start_muster, start_musterd, stop_musterd, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = str(DATA / "elastic_worker.py")
-FAST = "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=60"
+FAST = FAST_RDZV_CONF
 MUSTERCTL = os.environ.get("MUSTERCTL_BIN") or str(Path(os.environ["MUSTERD_BIN"]).with_name("musterctl"))
 
 
