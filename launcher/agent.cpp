@@ -56,6 +56,13 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
               }),
       supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
       shutdown_timer_(io),
+      host_(local_fqdn()),
+      reporter_(FailureReporter::Settings{cfg_.entrypoint_name, host_,
+                                          env_.count("TORCHELASTIC_ERROR_FILE")
+                                              ? std::optional<std::string>(env_.at("TORCHELASTIC_ERROR_FILE"))
+                                              : std::nullopt,
+                                          cfg_.worker_timeout, cfg_.one_report_per_job},
+                [this](const std::string& text) { say(text); }),
       heartbeat_timer_(io),
       lease_timer_(io),
       retry_timer_(io) {
@@ -236,7 +243,7 @@ void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_sile
              "request within --worker-timeout " + seconds_of(cfg_.worker_timeout) +
              "; taking it for hung: sending SIGKILL");
   for (const auto& s : silent) {
-    hung_[s.local_rank] = s.silent_for;
+    reporter_.hung(s.local_rank, s.silent_for);
     supervisor_.signal_one(s.local_rank, SIGKILL);
     ++worker_failures_;
   }
@@ -248,12 +255,6 @@ void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_sile
   }
 }
 
-void Agent::note_hung(int local_rank, std::string& message) const {
-  auto it = hung_.find(local_rank);
-  if (it == hung_.end()) return;
-  message = "hung: no progress for " + seconds_of(it->second) + " (--worker-timeout " +
-            seconds_of(cfg_.worker_timeout) + "), killed by muster; " + message;
-}
 
 void Agent::on_timer_expired(const ExpiredWorker& w) {
   // The first scopes, printable: a scope is whatever a worker wrote.
@@ -300,7 +301,6 @@ void Agent::on_timer_expired(const ExpiredWorker& w) {
 }
 
 int Agent::run() {
-  host_ = local_fqdn();
   run_started_ = rendezvous_started_ = std::chrono::steady_clock::now();
   wait_for_signal();
   if (auto st = open_file_timer(); !st.ok()) {
@@ -384,8 +384,8 @@ void Agent::emit_start_events_when_known() {
   collecting_start_pids_ = true;
   std::vector<pid_t> pids;
   for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
-    auto e = exits_.find(lr);
-    pids.push_back(e != exits_.end() ? e->second.pid : supervisor_.reported_pid(lr));
+    const WorkerExit* e = reporter_.exit_of(lr);
+    pids.push_back(e ? e->pid : supervisor_.reported_pid(lr));
   }
   collecting_start_pids_ = false;
   if (std::find(pids.begin(), pids.end(), 0) != pids.end()) return;
@@ -421,18 +421,20 @@ void Agent::emit_final_events(int exit_code) {
   // torch builds every failure before it records any, on one shared dictionary
   // for those without an error file: once one of them carries the errorTraits,
   // all of them do. So: a first pass that only learns that.
-  for (const auto& [lr, f] : failed) failure_raw_error(error_files_[lr], f->status.torch_exitcode(), error_traits_added_);
+  for (const auto& [lr, f] : failed) {
+    failure_raw_error(reporter_.error_file(lr), f->status.torch_exitcode(), error_traits_added_);
+  }
   for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
     EventWorker w = event_worker(lr);
-    auto e = exits_.find(lr);
-    pid_t pid = e != exits_.end() ? e->second.pid : supervisor_.worker_pid(lr);
+    const WorkerExit* e = reporter_.exit_of(lr);
+    pid_t pid = e ? e->pid : supervisor_.worker_pid(lr);
     w.worker_id = std::to_string(pid);
     auto f = failed.find(lr);
     if (f != failed.end()) {
       int code = f->second->status.torch_exitcode();
       w.exit_code = code;
       w.worker_pid = pid;
-      emit_event("FAILED", "WORKER", &w, failure_raw_error(error_files_[lr], code, error_traits_added_), std::nullopt);
+      emit_event("FAILED", "WORKER", &w, failure_raw_error(reporter_.error_file(lr), code, error_traits_added_), std::nullopt);
     } else {
       // A worker the agent stopped for another's failure (torch: TERMINATED).
       emit_event(exit_code == 0 ? "SUCCEEDED" : "TERMINATED", "WORKER", &w, std::nullopt, std::nullopt);
@@ -523,7 +525,7 @@ std::vector<WorkerLaunch> Agent::build_launches(const std::string& attempt_dir) 
 
     std::string rank_dir = logs_->disabled() ? std::string() : logs_->rank_dir(attempt_dir, lr);
     std::string error_file = rank_dir.empty() ? std::string() : rank_dir + "/error.json";
-    error_files_[lr] = error_file;
+    reporter_.set_error_file(lr, error_file);
     auto env = build_worker_env(env_, group_, lr, error_file, cfg_.virtual_local_rank);
     if (!env.ok()) {
       log::error(env.status().message());
@@ -582,8 +584,7 @@ std::vector<WorkerLaunch> Agent::build_launches(const std::string& attempt_dir) 
 }
 
 void Agent::start_workers(int restart_count) {
-  exits_.clear();
-  error_files_.clear();
+  reporter_.start_attempt(group_.base_global_rank);
   group_.restart_count = restart_count;
   if (!logs_) {
     auto logs = LogDirectory::create(cfg_.log_dir, cfg_.rdzv_id, env_or(env_, "TMPDIR", "/tmp"));
@@ -625,7 +626,6 @@ void Agent::start_workers(int restart_count) {
   // rank 0 starting its workers must not wipe what other nodes' workers wrote.)
   if (store_ && !coordinated_) store_->reset();
   if (file_timer_) file_timer_->clear();
-  hung_.clear();
   if (auto st = supervisor_.start(launches); !st.ok()) {
     log::error(st.message());
     finish(1);
@@ -664,7 +664,7 @@ void Agent::on_worker_exit(const WorkerExit& e) {
   // the worker may have been hit by the same scancel or kill.
   if (auto signo = signals_.take_pending()) on_signal(*signo);
   if (finished_) return;
-  exits_[e.local_rank] = e;
+  reporter_.exited(e);
   if (file_timer_) file_timer_->forget(e.pid);
   if (worker_timeout_) worker_timeout_->exited(e.local_rank);
   last_exits_[e.local_rank] = {e.local_rank, e.status.torch_exitcode()};
@@ -704,62 +704,18 @@ void Agent::finish(int exit_code) {
                         " got signal: " + std::to_string(*core_.received_signal()) + "\n";
       say(msg);
     } else if (coordinated_ && job_root_cause_) {
-      report_job_failure();
+      reporter_.report_job(*job_root_cause_, core_.failures(), node_address_, group_.group_rank,
+                           worker_group_starts_ > 0, [](int) { return pid_t{0}; });
     } else if (root_is_local) {
       // Workers the agent stopped (an order, a lost rendezvous) are victims:
       // the error that stopped them was said when it happened.
-      report_failure();
+      reporter_.report_local(core_.failures(), [this](int lr) { return supervisor_.worker_pid(lr); });
     }
   } else {
     log::info("[" + cfg_.role + "] worker group successfully finished.");
   }
   close_filtered_logs();
   io_.stop();
-}
-
-void Agent::report_failure() {
-  std::vector<ProcessFailure> failures;
-  for (const auto& f : core_.failures()) {
-    auto it = exits_.find(f.local_rank);
-    pid_t pid = it != exits_.end() ? it->second.pid : supervisor_.worker_pid(f.local_rank);
-    long long when = it != exits_.end()
-                         ? std::chrono::duration_cast<std::chrono::seconds>(it->second.when.time_since_epoch()).count()
-                         : static_cast<long long>(time(nullptr));
-    failures.push_back(make_process_failure(group_.base_global_rank + f.local_rank, f.local_rank, pid,
-                                            f.status.torch_exitcode(), error_files_[f.local_rank], when,
-                                            f.stopped_by_agent));
-    note_hung(f.local_rank, failures.back().message);
-  }
-  std::string report = "ChildFailedError: " + format_failure_report(cfg_.entrypoint_name, failures, host_) + "\n";
-  say(report);
-  copy_error_file_to_parent(failures[root_cause_index(failures)]);
-}
-
-void Agent::copy_error_file_to_parent(const ProcessFailure& root) {
-  auto parent = env_.find("TORCHELASTIC_ERROR_FILE");
-  if (parent == env_.end() || parent->second.empty() || root.error_file == "<N/A>") return;
-  auto content = read_error_file(root.error_file);
-  if (!content.ok()) return;
-  try {
-    auto data = nlohmann::json::parse(content->raw_json);
-    if (data["message"].is_object() && root.exitcode != 0) data["message"]["errorCode"] = root.exitcode;
-    // Whole or not at all: a parent reading it never sees half of it.
-    std::string tmp = parent->second + ".tmp." + std::to_string(getpid());
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << data.dump();
-      out.close();
-      if (!out) throw std::runtime_error("cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), parent->second.c_str()) != 0) {
-      std::string why = std::strerror(errno);
-      std::remove(tmp.c_str());
-      throw std::runtime_error("cannot rename " + tmp + ": " + why);
-    }
-    log::info("dumped error file to parent's " + parent->second);
-  } catch (const std::exception& e) {
-    log::warning("cannot copy the error file " + root.error_file + " to " + parent->second + ": " + e.what());
-  }
 }
 
 }  // namespace muster::launcher

@@ -15,7 +15,7 @@
 #include "agent_metrics.hpp"
 #include "event_log.hpp"
 #include "async_writer.hpp"
-#include "failure_report.hpp"
+#include "failure_reporter.hpp"
 #include "file_timer.hpp"
 #include "worker_timeout.hpp"
 #include "launch_config.hpp"
@@ -62,8 +62,6 @@ class Agent {
   // --worker-timeout (worker_timeout.hpp).
   void watch_store();
   void on_workers_silent(const std::vector<ProgressWatch::Silent>& silent);
-  void note_hung(int local_rank, std::string& message) const;
-  void report_failure();
   // Multi-node jobs (agent_rendezvous.cpp).
   int run_coordinated();
   Status setup_rendezvous();
@@ -81,8 +79,6 @@ class Agent {
   bool shutting_down() const;
   bool within_stale_connection_window();
   void report_to_rendezvous_failure(int local_rank);
-  void report_job_failure();
-  void copy_error_file_to_parent(const ProcessFailure& root);
   std::vector<WorkerLaunch> build_launches(const std::string& attempt_dir);
   void open_filtered_logs(const std::string& attempt_dir);
   void close_filtered_logs();
@@ -104,8 +100,7 @@ class Agent {
   GroupAssignment group_;
   std::string resolved_executable_;
   std::string host_;
-  std::map<int, WorkerExit> exits_;
-  std::map<int, std::string> error_files_;
+  FailureReporter reporter_;  // the attempt's record of each worker, and the failure report
   int filtered_stdout_fd_ = -1;
   int filtered_stderr_fd_ = -1;
   int last_stop_signal_ = 0;
@@ -117,7 +112,6 @@ class Agent {
   std::map<int, AgentMetrics::Exit> last_exits_;
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;
-  std::map<int, std::chrono::milliseconds> hung_;  // this attempt's workers stopped as hung
   // --run-path: the attempt's folder where finished workers wait for the node's others (config_from_args.cpp).
   std::string run_path_done_dir_;
   void prepare_run_path_barrier();

@@ -512,78 +512,10 @@ void Agent::on_rendezvous_lost(const Status& st) {
 }
 
 void Agent::report_to_rendezvous_failure(int local_rank) {
-  rendezvous::FailureInfo f;
-  f.global_rank = group_.base_global_rank + local_rank;
-  f.local_rank = local_rank;
-  f.host = node_address_;
-  auto it = exits_.find(local_rank);
-  pid_t pid = it != exits_.end() ? it->second.pid : 0;
-  f.pid = static_cast<int>(pid);
-  f.exitcode = it != exits_.end() ? it->second.status.torch_exitcode() : hung_.count(local_rank) ? -SIGKILL : 1;
-  auto pf = make_process_failure(f.global_rank, local_rank, pid, f.exitcode, error_files_[local_rank],
-                                 static_cast<long long>(time(nullptr)), false);
-  note_hung(local_rank, pf.message);
-  // The protocol's limit on text; an error file can hold more.
-  f.message = pf.message.size() > rendezvous::kMaxTextLength
-                  ? pf.message.substr(0, rendezvous::kMaxTextLength - 32) + " ... (truncated)"
-                  : pf.message;
-  f.timestamp = std::max<long long>(0, pf.timestamp);
+  auto f = reporter_.rendezvous_failure(local_rank, node_address_);
   outcome_ = rendezvous::Resume::Outcome::failed;
   outcome_failure_ = f;
   if (rdzv_->connected()) rdzv_->send(rendezvous::to_json(rendezvous::WorkersFailedMessage{round_, f}));
-}
-
-// The job-wide report: the first failing rank of the job (on whichever node)
-// as the root cause, and this node's workers that were stopped because of it.
-void Agent::report_job_failure() {
-  const auto& root = *job_root_cause_;
-  bool root_is_here = root.host == node_address_ && !core_.failures().empty();
-  if (cfg_.one_report_per_job && (group_.group_rank != 0 || worker_group_starts_ == 0)) {
-    // One stream for the whole job (a Slurm step): node rank 0 prints the report
-    // (an agent that never started workers holds no node rank).
-    say("muster: rank " + std::to_string(root.global_rank) + " on " + root.host + " failed (exitcode " +
-        std::to_string(root.exitcode) + "); node rank 0's agent prints the job's failure report\n");
-    if (root_is_here) {
-      for (const auto& f : core_.failures()) {
-        if (!f.stopped_by_agent) {
-          auto it = exits_.find(f.local_rank);
-          copy_error_file_to_parent(make_process_failure(
-              group_.base_global_rank + f.local_rank, f.local_rank, it != exits_.end() ? it->second.pid : 0,
-              f.status.torch_exitcode(), error_files_[f.local_rank], static_cast<long long>(time(nullptr)), false));
-          break;
-        }
-      }
-    }
-    return;
-  }
-  if (root_is_here) {
-    for (const auto& f : core_.failures()) {
-      if (!f.stopped_by_agent) return report_failure();
-    }
-  }
-  std::vector<ProcessFailure> failures;
-  ProcessFailure r;
-  r.global_rank = root.global_rank;
-  r.local_rank = root.local_rank;
-  r.exitcode = root.exitcode;
-  r.pid = root.pid;
-  r.error_file = "<N/A> (on " + root.host + ")";
-  r.message = root.message;
-  r.timestamp = root.timestamp;
-  r.host = root.host;
-  failures.push_back(r);
-  for (const auto& f : core_.failures()) {
-    auto it = exits_.find(f.local_rank);
-    pid_t pid = it != exits_.end() ? it->second.pid : 0;
-    auto p = make_process_failure(group_.base_global_rank + f.local_rank, f.local_rank, pid,
-                                  f.status.torch_exitcode(), "", static_cast<long long>(time(nullptr)), true);
-    p.host = node_address_;
-    p.message = "stopped by muster after rank " + std::to_string(root.global_rank) + " on " + root.host +
-                " failed: " + p.message;
-    failures.push_back(p);
-  }
-  std::string report = "ChildFailedError: " + format_failure_report(cfg_.entrypoint_name, failures, host_) + "\n";
-  say(report);
 }
 
 }  // namespace muster::launcher
