@@ -54,6 +54,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
                 log::error("cannot write to " + sink + ": " + std::strerror(error) +
                            "; the job goes on, and output to it is dropped from here on");
               }),
+      planner_(cfg_, writer_),
       supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
       shutdown_timer_(io),
       host_(local_fqdn()),
@@ -161,10 +162,7 @@ Status Agent::form_group() {
     port_ = std::move(reserved.value());
   }
 
-  auto path = resolve_executable(cfg_.executable, env_or(env_, "PATH", ""));
-  if (!path.ok()) return path.status();
-  resolved_executable_ = path.value();
-  return {};
+  return planner_.resolve_executable(env_);
 }
 
 Status Agent::open_file_timer() {
@@ -190,46 +188,12 @@ void Agent::watch_store() {
   });
 }
 
-void Agent::prepare_run_path_barrier() {
-  if (!cfg_.run_path) return;
-  remove_run_path_barrier();
-  std::string tmpl = env_or(env_, "TMPDIR", "/tmp");
-  if (tmpl.empty()) tmpl = "/tmp";
-  tmpl += "/muster-run-path-XXXXXX";
-  std::vector<char> path(tmpl.begin(), tmpl.end());
-  path.push_back('\0');
-  if (::mkdtemp(path.data()) == nullptr) {
-    // Without it the workers exit as soon as their scripts return.
-    log::warning("--run-path: cannot create " + tmpl + " (" + std::strerror(errno) +
-                 "); workers will not wait for each other at the end");
-    env_.erase("MUSTER_RUN_PATH_DONE_DIR");
-    return;
-  }
-  run_path_done_dir_ = path.data();
-  env_["MUSTER_RUN_PATH_DONE_DIR"] = run_path_done_dir_;
-  env_["MUSTER_RUN_PATH_WORKERS"] = std::to_string(cfg_.nproc_per_node);
-}
-
-void Agent::remove_run_path_barrier() {
-  if (run_path_done_dir_.empty()) return;
-  // One empty file per rank is all the workers leave there.
-  std::error_code ignored;
-  std::filesystem::remove_all(run_path_done_dir_, ignored);
-  run_path_done_dir_.clear();
-}
-
-bool Agent::finished_run_path_script(int local_rank) const {
-  if (run_path_done_dir_.empty()) return false;
-  std::string file = run_path_done_dir_ + "/" + std::to_string(group_.base_global_rank + local_rank);
-  return ::access(file.c_str(), F_OK) == 0;
-}
-
 void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_silent) {
   if (finished_ || core_.phase() != Phase::running) return;  // stopping already: not a hang
   // A --run-path worker whose script is done waits, quietly, for its peers: not hung.
   std::vector<ProgressWatch::Silent> silent;
   for (const auto& s : all_silent) {
-    if (!finished_run_path_script(s.local_rank)) silent.push_back(s);
+    if (!planner_.finished_run_path_script(group_.base_global_rank + s.local_rank)) silent.push_back(s);
   }
   if (silent.empty()) return;
   std::string list;
@@ -364,7 +328,7 @@ void Agent::emit_event(const std::string& state, const std::string& source, cons
   job.hostname = host_;
   job.rdzv_backend = cfg_.rdzv_backend;
   // torch: os.path.basename of the executable, or the function's name.
-  std::string exe = resolved_executable_.empty() ? cfg_.executable : resolved_executable_;
+  const std::string& exe = planner_.executable_path();
   job.entry_point = cfg_.run_path ? "run_script_path" : exe.substr(exe.find_last_of('/') + 1);
   say(format_event(state, source, job, event_group_, worker, raw_error, duration_ms) + "\n");
 }
@@ -514,96 +478,15 @@ void Agent::apply(const std::vector<Action>& actions) {
   }
 }
 
-std::vector<WorkerLaunch> Agent::build_launches(const std::string& attempt_dir) {
-  std::vector<WorkerLaunch> launches;
-  for (int lr = 0; lr < cfg_.nproc_per_node; ++lr) {
-    WorkerLaunch w;
-    w.local_rank = lr;
-    w.path = resolved_executable_;
-    w.argv.push_back(cfg_.executable);
-    for (const auto& a : cfg_.args) w.argv.push_back(substitute_local_rank(a, lr));
-
-    std::string rank_dir = logs_->disabled() ? std::string() : logs_->rank_dir(attempt_dir, lr);
-    std::string error_file = rank_dir.empty() ? std::string() : rank_dir + "/error.json";
-    reporter_.set_error_file(lr, error_file);
-    auto env = build_worker_env(env_, group_, lr, error_file, cfg_.virtual_local_rank);
-    if (!env.ok()) {
-      log::error(env.status().message());
-      return {};
-    }
-    w.envp = to_envp(env.value());
-
-    bool shown = !cfg_.local_ranks_filter || cfg_.local_ranks_filter->count(lr) > 0;
-    std::string prefix = "[" + cfg_.role + std::to_string(lr) + "]:";
-    if (auto tmpl = env_.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); tmpl != env_.end()) {
-      prefix = safe_substitute(tmpl->second, {{"role_name", cfg_.role},
-                                              {"rank", std::to_string(group_.base_global_rank + lr)},
-                                              {"local_rank", std::to_string(lr)}});
-    }
-    auto plan = [&](unsigned bit, const char* file, int console_fd, int filtered_fd,
-                    const std::vector<std::string>& filters) {
-      StreamPlan p;
-      bool tee = (cfg_.tee.for_rank(lr) & bit) != 0;
-      bool redirect = (cfg_.redirects.for_rank(lr) & bit) != 0;
-      std::string path = rank_dir.empty() ? std::string() : rank_dir + "/" + file;
-      if (tee && shown) {
-        p.mode = StreamPlan::Mode::tee;
-        p.path = path;
-        p.tee.writer = &writer_;
-        p.tee.console_fd = console_fd;
-        p.tee.prefix = prefix;
-        p.tee.filtered_fd = filtered_fd;
-        p.tee.filters = filters;
-      } else if (tee || redirect) {
-        p.mode = path.empty() ? StreamPlan::Mode::devnull : StreamPlan::Mode::file;
-        p.path = path;
-      } else {
-        p.mode = shown ? StreamPlan::Mode::inherit : StreamPlan::Mode::devnull;
-      }
-      if (worker_timeout_) {
-        // Every byte is progress: the stream goes through a pump that sees it,
-        // on to where it would have gone (unchanged where it was inherited).
-        if (p.mode != StreamPlan::Mode::tee) {
-          p.tee = PumpTargets{};
-          p.tee.writer = &writer_;
-          p.tee.console_fd = p.mode == StreamPlan::Mode::inherit ? console_fd : -1;
-          p.tee.raw_console = true;
-          if (p.mode == StreamPlan::Mode::devnull) p.path.clear();
-          p.mode = StreamPlan::Mode::tee;
-        }
-        p.tee.on_activity = worker_timeout_->output_of(lr);
-        p.tee.on_blocked = worker_timeout_->blocked_of(lr);
-      }
-      return p;
-    };
-    w.out = plan(kStdOut, "stdout.log", STDOUT_FILENO, filtered_stdout_fd_, cfg_.duplicate_stdout_filters);
-    w.err = plan(kStdErr, "stderr.log", STDERR_FILENO, filtered_stderr_fd_, cfg_.duplicate_stderr_filters);
-    launches.push_back(std::move(w));
-  }
-  return launches;
-}
-
 void Agent::start_workers(int restart_count) {
   reporter_.start_attempt(group_.base_global_rank);
   group_.restart_count = restart_count;
-  if (!logs_) {
-    auto logs = LogDirectory::create(cfg_.log_dir, cfg_.rdzv_id, env_or(env_, "TMPDIR", "/tmp"));
-    if (!logs.ok()) {
-      log::error(logs.status().message());
-      finish(1);
-      return;
-    }
-    logs_ = std::move(logs.value());
-    if (!logs_->disabled()) log::info("log directory set to: " + logs_->run_dir());
-  }
-  auto attempt = logs_->prepare_attempt(restart_count, cfg_.nproc_per_node);
+  auto attempt = planner_.prepare_attempt(restart_count, env_);
   if (!attempt.ok()) {
     log::error(attempt.status().message());
     finish(1);
     return;
   }
-  open_filtered_logs(attempt.value());
-  prepare_run_path_barrier();
   auto now = std::chrono::steady_clock::now();
   auto ms_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -611,13 +494,19 @@ void Agent::start_workers(int restart_count) {
   // torch times its rendezvous and its rank assignment before every start.
   event_group_.agent_restarts = restart_count;
   if (events_) emit_event("RENDEZVOUS", "AGENT", nullptr, std::nullopt, ms_since(coordinated_ ? join_sent_at_ : rendezvous_started_));
-  auto launches = build_launches(attempt.value());
+  auto planned = planner_.launches(env_, group_, attempt.value(), worker_timeout_.get());
   if (events_) emit_event("ASSIGN_WORKER_RANKS", "AGENT", nullptr, std::nullopt, ms_since(now));
   event_group_.group_rank = group_.group_rank;
   event_group_.group_world_size = group_.group_world_size;
-  if (static_cast<int>(launches.size()) != cfg_.nproc_per_node) {
+  if (!planned.ok()) {
+    log::error(planned.status().message());
     finish(1);
     return;
+  }
+  std::vector<WorkerLaunch> launches;
+  for (auto& w : planned.value()) {
+    reporter_.set_error_file(w.launch.local_rank, w.error_file);
+    launches.push_back(std::move(w.launch));
   }
   if (port_) port_->release();
   // Every attempt starts with an empty store: nothing of the workers that
@@ -637,28 +526,6 @@ void Agent::start_workers(int restart_count) {
   emit_start_events_when_known();
 }
 
-void Agent::close_filtered_logs() {
-  for (int* fd : {&filtered_stdout_fd_, &filtered_stderr_fd_}) {
-    if (*fd >= 0) writer_.release(*fd);  // closed once written
-    *fd = -1;
-  }
-}
-
-void Agent::open_filtered_logs(const std::string& attempt_dir) {
-  close_filtered_logs();
-  if (attempt_dir.empty()) return;
-  auto open_log = [&](const std::vector<std::string>& filters, const char* name) {
-    if (filters.empty()) return -1;
-    std::string path = attempt_dir + "/" + name;
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) log::warning("cannot create " + path + ": " + std::strerror(errno));
-    if (fd >= 0) writer_.add(fd, path, true);
-    return fd;
-  };
-  filtered_stdout_fd_ = open_log(cfg_.duplicate_stdout_filters, "filtered_stdout.log");
-  filtered_stderr_fd_ = open_log(cfg_.duplicate_stderr_filters, "filtered_stderr.log");
-}
-
 void Agent::on_worker_exit(const WorkerExit& e) {
   // A signal that reached the agent before this exit was seen comes first:
   // the worker may have been hit by the same scancel or kill.
@@ -673,7 +540,7 @@ void Agent::on_worker_exit(const WorkerExit& e) {
     log::error("failed (exitcode: " + std::to_string(e.status.torch_exitcode()) +
                ") local_rank: " + std::to_string(e.local_rank) + " (pid: " + std::to_string(e.pid) + ") of " +
                (cfg_.run_path ? "fn: run_script_path (start_method: " + cfg_.start_method + ")"
-                              : "binary: " + (cfg_.python_from_path ? resolved_executable_ : cfg_.executable)));
+                              : "binary: " + (cfg_.python_from_path ? planner_.executable_path() : cfg_.executable)));
   }
   apply(core_.on_worker_exit(e.local_rank, e.status));
 }
@@ -683,7 +550,6 @@ void Agent::finish(int exit_code) {
   finished_ = true;
   exit_code_ = exit_code;
   if (worker_timeout_) worker_timeout_->stop();
-  remove_run_path_barrier();
   shutdown_timer_.cancel();
   signals_.cancel();
   heartbeat_timer_.cancel();
@@ -714,7 +580,7 @@ void Agent::finish(int exit_code) {
   } else {
     log::info("[" + cfg_.role + "] worker group successfully finished.");
   }
-  close_filtered_logs();
+  planner_.finish();
   io_.stop();
 }
 

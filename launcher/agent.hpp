@@ -19,7 +19,7 @@
 #include "file_timer.hpp"
 #include "worker_timeout.hpp"
 #include "launch_config.hpp"
-#include "log_dir.hpp"
+#include "launch_planner.hpp"
 #include "muster/rendezvous/client.hpp"
 #include "muster/rendezvous/server.hpp"
 #include "muster/store/server.hpp"
@@ -79,9 +79,6 @@ class Agent {
   bool shutting_down() const;
   bool within_stale_connection_window();
   void report_to_rendezvous_failure(int local_rank);
-  std::vector<WorkerLaunch> build_launches(const std::string& attempt_dir);
-  void open_filtered_logs(const std::string& attempt_dir);
-  void close_filtered_logs();
   // Text for the agent's stderr (errors, reports), through the writer.
   void say(const std::string& text);
 
@@ -92,17 +89,14 @@ class Agent {
   AgentCore core_;
   // Before supervisor_: the workers' output pumps write through it.
   AsyncWriter writer_;
+  LaunchPlanner planner_;  // the log layout, the run-path folder and each attempt's launches
   Supervisor supervisor_;
   boost::asio::steady_timer shutdown_timer_;
-  std::optional<LogDirectory> logs_;
   std::optional<PortReservation> port_;
   std::unique_ptr<store::StoreServer> store_;
   GroupAssignment group_;
-  std::string resolved_executable_;
   std::string host_;
   FailureReporter reporter_;  // the attempt's record of each worker, and the failure report
-  int filtered_stdout_fd_ = -1;
-  int filtered_stderr_fd_ = -1;
   int last_stop_signal_ = 0;
   std::size_t dropped_log_lines_ = 0;
   // For metrics().
@@ -112,11 +106,6 @@ class Agent {
   std::map<int, AgentMetrics::Exit> last_exits_;
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;
-  // --run-path: the attempt's folder where finished workers wait for the node's others (config_from_args.cpp).
-  std::string run_path_done_dir_;
-  void prepare_run_path_barrier();
-  void remove_run_path_barrier();
-  bool finished_run_path_script(int local_rank) const;
   // Events (--event-log-handler=console, shown at LOGLEVEL INFO or DEBUG, the default).
   bool events_ = false;
   EventGroup event_group_;

@@ -202,10 +202,7 @@ Status Agent::setup_rendezvous() {
   // vanished) make the kernel fail the connection after twice the window.
   rdzv_->set_user_timeout(rdzv_settings_.dead_after() * 2);
   if (auth_key_) rdzv_->set_auth_key(*auth_key_);
-  auto path = resolve_executable(cfg_.executable, env_.count("PATH") ? env_.at("PATH") : "");
-  if (!path.ok()) return path.status();
-  resolved_executable_ = path.value();
-  return {};
+  return planner_.resolve_executable(env_);
 }
 
 int Agent::run_coordinated() {
