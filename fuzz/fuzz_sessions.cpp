@@ -1,7 +1,7 @@
 // libFuzzer target: the real rendezvous and store servers, each session fed
 // the input as a byte stream over loopback TCP. The first byte picks the
-// server (the store's port also diverts rendezvous frames, as the static
-// backend's does). Both servers live across inputs, so state that one input
+// port: the rendezvous's own, or one shared by a store and a rendezvous, as
+// the static backend's --master-port is (launcher/shared_port.hpp). Both servers live across inputs, so state that one input
 // leaves behind meets the next.
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -14,6 +14,7 @@
 #include "muster/common/log.hpp"
 #include "muster/rendezvous/server.hpp"
 #include "muster/store/server.hpp"
+#include "shared_port.hpp"
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -25,12 +26,17 @@ struct Servers {
   std::unique_ptr<muster::rendezvous::RendezvousServer> rdzv;
   std::unique_ptr<muster::rendezvous::RendezvousServer> diverted;
   std::unique_ptr<muster::store::StoreServer> store;
+  std::unique_ptr<muster::launcher::SharedPort> shared;
   Servers() {
     muster::log::set_level(muster::log::Level::error);
     rdzv = std::move(muster::rendezvous::RendezvousServer::listen(io, "127.0.0.1", 0)).value();
-    store = std::move(muster::store::StoreServer::listen(io, "127.0.0.1", 0)).value();
+    store = muster::store::StoreServer::create(io);
     diverted = muster::rendezvous::RendezvousServer::create(io);
-    store->divert_rendezvous([this](tcp::socket s, std::string read) { diverted->adopt(std::move(s), std::move(read)); });
+    shared = std::move(muster::launcher::SharedPort::listen(
+                           io, "127.0.0.1", 0,
+                           [this](tcp::socket s, std::string read) { store->adopt(std::move(s), std::move(read)); },
+                           [this](tcp::socket s, std::string read) { diverted->adopt(std::move(s), std::move(read)); }))
+                 .value();
   }
 };
 
@@ -44,7 +50,7 @@ Servers& servers() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   auto& s = servers();
-  int port = (data[0] & 1) ? s.store->port() : s.rdzv->port();
+  int port = (data[0] & 1) ? s.shared->port() : s.rdzv->port();
   tcp::socket client(s.io);
   boost::system::error_code ec;
   client.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)), ec);

@@ -64,6 +64,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
                                               : std::nullopt,
                                           cfg_.worker_timeout, cfg_.one_report_per_job},
                 [this](const std::string& text) { say(text); }),
+      store_host_(io),
       heartbeat_timer_(io),
       lease_timer_(io),
       retry_timer_(io) {
@@ -83,6 +84,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
         },
         [this](const std::vector<ProgressWatch::Silent>& silent) { on_workers_silent(silent); });
   }
+  store_host_.watch(worker_timeout_.get());
   writer_.add(STDOUT_FILENO, "the console (stdout)", false);
   writer_.add(STDERR_FILENO, "the console (stderr)", false);
   // While stderr is full the agent's own log lines are dropped (and counted),
@@ -146,21 +148,14 @@ Status Agent::form_group() {
   }
   if (group_.use_agent_store) {
     // The workers reach it at MASTER_ADDR: only there, when that is an address of this machine.
-    auto server = store::StoreServer::listen(io_, listen_address_for(group_.master_addr), wanted_port);
-    if (!server.ok()) {
+    if (auto st = store_host_.serve(listen_address_for(group_.master_addr), wanted_port); !st.ok()) {
       return Status(Code::unavailable, "cannot serve the workers' store on TCP port " + std::to_string(wanted_port) +
-                                           " (MASTER_PORT): " + server.status().message() +
-                                           "; pick a free one with --master-port");
+                                           " (MASTER_PORT): " + st.message() + "; pick a free one with --master-port");
     }
-    store_ = std::move(server.value());
-    watch_store();
-    group_.master_port = store_->port();
   } else {
-    auto reserved = PortReservation::acquire(wanted_port);
-    if (!reserved.ok()) return reserved.status();
-    group_.master_port = reserved->port();
-    port_ = std::move(reserved.value());
+    if (auto st = store_host_.reserve(wanted_port); !st.ok()) return st;
   }
+  group_.master_port = store_host_.port();
 
   return planner_.resolve_executable(env_);
 }
@@ -175,17 +170,6 @@ Status Agent::open_file_timer() {
   env_["TORCHELASTIC_TIMER_FILE"] = cfg_.file_timer_path;
   log::info("worker watchdog: serving timers on " + cfg_.file_timer_path);
   return {};
-}
-
-void Agent::watch_store() {
-  if (!worker_timeout_ || !store_) return;
-  int port = store_->port();
-  store_->observe_requests([this, port](store::ConnId conn, const boost::asio::ip::tcp::endpoint& peer) {
-    if (worker_timeout_) worker_timeout_->store_request(conn, peer, port);
-  });
-  store_->observe_closes([this, port](store::ConnId conn) {
-    if (worker_timeout_) worker_timeout_->store_closed(conn, port);
-  });
 }
 
 void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_silent) {
@@ -508,12 +492,12 @@ void Agent::start_workers(int restart_count) {
     reporter_.set_error_file(w.launch.local_rank, w.error_file);
     launches.push_back(std::move(w.launch));
   }
-  if (port_) port_->release();
+  store_host_.release_reservation();
   // Every attempt starts with an empty store: nothing of the workers that
   // just died (their addresses, their barrier counts) can mislead the new ones.
   // (A multi-node job gets a fresh store per round when it joins instead: node
   // rank 0 starting its workers must not wipe what other nodes' workers wrote.)
-  if (store_ && !coordinated_) store_->reset();
+  if (!coordinated_) store_host_.reset();
   if (file_timer_) file_timer_->clear();
   if (auto st = supervisor_.start(launches); !st.ok()) {
     log::error(st.message());

@@ -22,8 +22,7 @@
 #include "launch_planner.hpp"
 #include "muster/rendezvous/client.hpp"
 #include "muster/rendezvous/server.hpp"
-#include "muster/store/server.hpp"
-#include "port_reservation.hpp"
+#include "store_host.hpp"
 #include "signal_source.hpp"
 #include "supervisor.hpp"
 #include "worker_env.hpp"
@@ -60,7 +59,6 @@ class Agent {
   void emit_final_events(int exit_code);
   void on_timer_expired(const ExpiredWorker& w);
   // --worker-timeout (worker_timeout.hpp).
-  void watch_store();
   void on_workers_silent(const std::vector<ProgressWatch::Silent>& silent);
   // Multi-node jobs (agent_rendezvous.cpp).
   int run_coordinated();
@@ -92,8 +90,6 @@ class Agent {
   LaunchPlanner planner_;  // the log layout, the run-path folder and each attempt's launches
   Supervisor supervisor_;
   boost::asio::steady_timer shutdown_timer_;
-  std::optional<PortReservation> port_;
-  std::unique_ptr<store::StoreServer> store_;
   GroupAssignment group_;
   std::string host_;
   FailureReporter reporter_;  // the attempt's record of each worker, and the failure report
@@ -106,6 +102,8 @@ class Agent {
   std::map<int, AgentMetrics::Exit> last_exits_;
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;
+  // After worker_timeout_, which it tells of the workers' requests.
+  StoreHost store_host_;
   // Events (--event-log-handler=console, shown at LOGLEVEL INFO or DEBUG, the default).
   bool events_ = false;
   EventGroup event_group_;

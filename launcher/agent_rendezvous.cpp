@@ -154,21 +154,17 @@ Status Agent::setup_rendezvous() {
     // Node rank 0's port carries the workers' store and the rendezvous: it
     // listens where the other nodes are told to reach it.
     std::string bind = listen_address_for(strip_brackets(ep->host));
-    auto store = store::StoreServer::listen(io_, bind, cfg_.node_rank == 0 ? ep->port : 0);
-    if (!store.ok()) {
-      return Status(Code::unavailable, "node rank 0 cannot serve --master-port " + std::to_string(ep->port) + ": " +
-                                           store.status().message());
-    }
-    store_ = std::move(store.value());
-    watch_store();
     if (cfg_.node_rank == 0) {
       rdzv_server_ = rendezvous::RendezvousServer::create(io_);
       if (auth_key_) rdzv_server_->require_auth(*auth_key_);
-      warn_if_open(bind, store_->port());
-      store_->divert_rendezvous([this](boost::asio::ip::tcp::socket sock, std::string bytes) {
-        rdzv_server_->adopt(std::move(sock), std::move(bytes));
-      });
+      if (auto st = store_host_.serve_shared(bind, ep->port, *rdzv_server_); !st.ok()) {
+        return Status(Code::unavailable,
+                      "node rank 0 cannot serve --master-port " + std::to_string(ep->port) + ": " + st.message());
+      }
+      warn_if_open(bind, store_host_.port());
       is_host_ = true;
+    } else if (auto st = store_host_.serve(bind, 0); !st.ok()) {
+      return Status(Code::unavailable, "cannot serve this node's store: " + st.message());
     }
   }
 
@@ -253,7 +249,7 @@ rendezvous::JoinMessage Agent::join_message() const {
   m.request.address = node_address_;
   m.request.local_world_size = cfg_.nproc_per_node;
   m.request.role = cfg_.role;
-  m.request.store_port = store_ ? store_->port() : 0;
+  m.request.store_port = store_host_.port();
   m.request.is_host = is_host_;
   if (rdzv_settings_.static_ranks) m.request.node_rank = cfg_.node_rank;
   m.settings = rdzv_settings_;
@@ -267,16 +263,8 @@ void Agent::send_join() {
   // keeps its keys, as torchrun's does: emptying it could cut off the other
   // nodes' rendezvous connections that share its port.
   if (!rdzv_settings_.static_ranks) {
-    auto fresh = store::StoreServer::listen(io_, listen_address_for(node_address_), 0);
-    if (fresh.ok()) {
-      store_ = std::move(fresh.value());
-      watch_store();
-    } else if (store_) {
-      log::warning("cannot open a new store for the next round (" + fresh.status().message() +
-                   "); emptying the old one");
-      store_->reset();
-    } else {
-      return on_rendezvous_error(fresh.status());
+    if (auto st = store_host_.new_round(listen_address_for(node_address_)); !st.ok()) {
+      return on_rendezvous_error(st);
     }
   }
   rendezvous::JoinMessage m = join_message();

@@ -29,9 +29,9 @@ constexpr std::size_t kCompactAt = 1024 * 1024;
 
 class StoreServer::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(StoreServer& server, ConnId id, tcp::socket socket)
+  Session(StoreServer& server, ConnId id, tcp::socket socket, std::string already_read)
       : server_(server), id_(id), socket_(std::move(socket)), resume_(socket_.get_executor()),
-        alive_(server.alive_) {}
+        alive_(server.alive_), in_(std::move(already_read)) {}
 
   void start() {
     asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached);
@@ -69,10 +69,6 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       dialect = Dialect::before_validate;
     } else {
       if (in.size() < 5) return false;
-      if (server_.diverter_ && static_cast<uint8_t>(in[1]) <= 0x10 && in[4] == '{') {
-        diverted_ = true;
-        return false;
-      }
       uint32_t magic = 0;
       std::memcpy(&magic, in.data() + 1, 4);
       dialect = magic == kValidateMagic ? Dialect::with_validate : Dialect::before_validate;
@@ -84,6 +80,8 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
 
   static asio::awaitable<void> read_loop(std::shared_ptr<Session> self) {
     boost::system::error_code ec;
+    // Bytes read before the session began (an adopted connection's) come first.
+    if (!self->in_.empty() && !self->process()) self->close();
     while (!self->closed_) {
       // Back-pressure: a client that does not read its replies is not read either.
       while (!self->closed_ && self->out_.queued() > kPauseReadingAt) {
@@ -115,12 +113,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
 
   // Handles every complete request in the buffer; false closes the connection.
   bool process() {
-    if (!detect()) {
-      if (!diverted_) return true;
-      closed_ = true;  // the socket now belongs to the rendezvous
-      server_.diverter_(std::move(socket_), in_.substr(in_pos_));
-      return false;
-    }
+    if (!detect()) return true;
     std::vector<Reply> replies;
     bool ok = true;
     bool any = false;
@@ -194,13 +187,12 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
   std::optional<tcp::endpoint> peer_;
   net::WriteQueue out_;
   bool closed_ = false;
-  bool diverted_ = false;
   bool held_back_ = false;  // requests left in in_ for want of room to answer them
   Dialect dialect_ = Dialect::with_validate;
 };
 
 StoreServer::StoreServer(asio::io_context& io)
-    : io_(io), acceptor_(io), retry_timer_(io), alive_(std::make_shared<bool>(true)) {}
+    : acceptor_(io), retry_timer_(io), alive_(std::make_shared<bool>(true)) {}
 
 StoreServer::~StoreServer() { close(); }
 
@@ -213,13 +205,25 @@ Result<std::unique_ptr<StoreServer>> StoreServer::listen(asio::io_context& io, c
   return server;
 }
 
+std::unique_ptr<StoreServer> StoreServer::create(asio::io_context& io) {
+  return std::unique_ptr<StoreServer>(new StoreServer(io));
+}
+
+void StoreServer::adopt(tcp::socket socket, std::string already_read) {
+  if (!*alive_) return;
+  add_session(std::move(socket), std::move(already_read));
+}
+
 void StoreServer::accept() {
-  net::accept_forever(acceptor_, retry_timer_, alive_, "store", [this](tcp::socket socket) {
-    ConnId id = next_id_++;
-    auto session = std::make_shared<Session>(*this, id, std::move(socket));
-    sessions_[id] = session;
-    session->start();
-  });
+  net::accept_forever(acceptor_, retry_timer_, alive_, "store",
+                      [this](tcp::socket socket) { add_session(std::move(socket), {}); });
+}
+
+void StoreServer::add_session(tcp::socket socket, std::string already_read) {
+  ConnId id = next_id_++;
+  auto session = std::make_shared<Session>(*this, id, std::move(socket), std::move(already_read));
+  sessions_[id] = session;
+  session->start();
 }
 
 void StoreServer::dispatch(std::vector<Reply>& replies, ConnId from) {

@@ -26,12 +26,12 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const { return port_; }
-  // Connections that open with a rendezvous frame (a 4-byte big-endian length
-  // of at most 1 MiB, then '{') go to `to`, with the bytes already read: one
-  // port then serves the workers' store and the agents' rendezvous, as the
-  // static backend's --master-port does. No TCPStore client opens that way.
-  using Diverter = std::function<void(boost::asio::ip::tcp::socket, std::string)>;
-  void divert_rendezvous(Diverter to) { diverter_ = std::move(to); }
+  // A server with no port of its own: connections come to it through adopt()
+  // (the static backend's node rank 0, whose --master-port the launcher shares
+  // between this store and the rendezvous).
+  static std::unique_ptr<StoreServer> create(boost::asio::io_context& io);
+  // Serves a connection accepted elsewhere, with the bytes already read from it.
+  void adopt(boost::asio::ip::tcp::socket socket, std::string already_read);
   // Called once for each read that carried requests, with the connection's
   // id and its peer (the agent's --worker-timeout counts a request from a
   // worker's connection as that worker's progress).
@@ -49,10 +49,10 @@ class StoreServer {
   class Session;
   explicit StoreServer(boost::asio::io_context& io);
   void accept();
+  void add_session(boost::asio::ip::tcp::socket socket, std::string already_read);
   void dispatch(std::vector<Reply>& replies, ConnId from);
   void forget(ConnId id);
 
-  boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer retry_timer_;
   int port_ = 0;
@@ -60,7 +60,6 @@ class StoreServer {
   ConnId next_id_ = 1;
   std::unordered_map<ConnId, std::shared_ptr<Session>> sessions_;
   std::shared_ptr<bool> alive_;
-  Diverter diverter_;
   RequestObserver observer_;
   std::function<void(ConnId)> close_observer_;
 };

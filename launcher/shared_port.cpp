@@ -1,0 +1,92 @@
+#include "shared_port.hpp"
+
+#include <array>
+
+#include "muster/common/log.hpp"
+#include "muster/net/asio_tcp.hpp"
+#include "muster/rendezvous/protocol.hpp"
+
+namespace muster::launcher {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+constexpr std::size_t kDecidingBytes = 5;  // the frame's length, then its first byte
+}  // namespace
+
+SharedPort::Verdict SharedPort::classify(std::string_view in) {
+  if (in.empty()) return Verdict::need_more;
+  if (static_cast<unsigned char>(in[0]) != 0) return Verdict::store;
+  if (in.size() < kDecidingBytes) return Verdict::need_more;
+  std::uint32_t length = 0;
+  for (int i = 0; i < 4; ++i) length = (length << 8) | static_cast<unsigned char>(in[static_cast<std::size_t>(i)]);
+  bool frame = length >= 1 && length <= rendezvous::kMaxFrame && in[4] == '{';
+  return frame ? Verdict::rendezvous : Verdict::store;
+}
+
+SharedPort::SharedPort(asio::io_context& io, Handoff to_store, Handoff to_rendezvous)
+    : acceptor_(io),
+      retry_timer_(io),
+      alive_(std::make_shared<bool>(true)),
+      to_store_(std::move(to_store)),
+      to_rendezvous_(std::move(to_rendezvous)) {}
+
+SharedPort::~SharedPort() { close(); }
+
+Result<std::unique_ptr<SharedPort>> SharedPort::listen(asio::io_context& io, const std::string& host, int port,
+                                                       Handoff to_store, Handoff to_rendezvous) {
+  std::unique_ptr<SharedPort> shared(new SharedPort(io, std::move(to_store), std::move(to_rendezvous)));
+  auto bound = net::open_listener(shared->acceptor_, host, port, "the store and rendezvous port");
+  if (!bound.ok()) return bound.status();
+  shared->port_ = bound.value();
+  SharedPort* self = shared.get();
+  net::accept_forever(self->acceptor_, self->retry_timer_, self->alive_, "store and rendezvous port",
+                      [self](tcp::socket socket) {
+                        if (self->undecided_.size() >= kMaxUndecided) {
+                          boost::system::error_code ignored;
+                          socket.close(ignored);
+                          return;
+                        }
+                        std::uint64_t id = self->next_id_++;
+                        self->undecided_[id] = std::make_shared<tcp::socket>(std::move(socket));
+                        self->read_more(id, std::make_shared<std::string>());
+                      });
+  return shared;
+}
+
+void SharedPort::read_more(std::uint64_t id, std::shared_ptr<std::string> bytes) {
+  auto it = undecided_.find(id);
+  if (it == undecided_.end()) return;
+  auto socket = it->second;
+  auto buf = std::make_shared<std::array<char, 64>>();
+  socket->async_read_some(
+      asio::buffer(*buf), [this, id, bytes, buf, socket, alive = alive_](const boost::system::error_code& ec,
+                                                                        std::size_t n) {
+        if (!*alive) return;
+        auto found = undecided_.find(id);
+        if (found == undecided_.end()) return;
+        if (ec) {  // gone before it said anything that decides
+          undecided_.erase(found);
+          return;
+        }
+        bytes->append(buf->data(), n);
+        Verdict v = classify(*bytes);
+        if (v == Verdict::need_more) return read_more(id, bytes);
+        undecided_.erase(found);
+        auto& to = v == Verdict::rendezvous ? to_rendezvous_ : to_store_;
+        to(std::move(*socket), std::move(*bytes));
+      });
+}
+
+void SharedPort::close() {
+  if (!*alive_) return;
+  *alive_ = false;
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  retry_timer_.cancel();
+  for (auto& [id, socket] : undecided_) socket->close(ignored);
+  undecided_.clear();
+}
+
+}  // namespace muster::launcher

@@ -1,0 +1,59 @@
+// The store host: the workers' store that this node's agent serves (torch
+// 2.x's agent store, so that a worker's death never takes the store down), or,
+// with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, the port it holds for worker 0's.
+//
+// Contract. serve() opens the store on an address and port (0: any free one),
+// replacing any store open before; serve_shared() opens it behind a
+// SharedPort that hands rendezvous connections to a RendezvousServer (the
+// static backend's node rank 0, whose --master-port carries both);
+// new_round() gives a round of a c10d job a fresh store on a free port or,
+// failing that, empties the old one; reset() empties it for a new attempt of
+// a one-node job. reserve() holds a port for worker 0's store and
+// release_reservation() lets it go just before the workers start. With a
+// worker timeout to tell (watch), every request and every closed connection
+// of the store is that worker's progress.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "muster/rendezvous/server.hpp"
+#include "muster/store/server.hpp"
+#include "port_reservation.hpp"
+#include "shared_port.hpp"
+#include "worker_timeout.hpp"
+
+namespace muster::launcher {
+
+class StoreHost {
+ public:
+  explicit StoreHost(boost::asio::io_context& io) : io_(io) {}
+
+  void watch(WorkerTimeout* timeout) { timeout_ = timeout; }
+
+  Status serve(const std::string& bind, int port);
+  Status serve_shared(const std::string& bind, int port, rendezvous::RendezvousServer& rendezvous);
+  Status new_round(const std::string& bind);
+  void reset();
+
+  Status reserve(int port);
+  void release_reservation();
+
+  bool serving() const { return store_ != nullptr; }
+  // The port the workers reach the store on (the shared one, the reserved
+  // one); 0 when there is none.
+  int port() const;
+
+ private:
+  void observe();
+
+  boost::asio::io_context& io_;
+  WorkerTimeout* timeout_ = nullptr;
+  std::unique_ptr<store::StoreServer> store_;
+  std::unique_ptr<SharedPort> shared_;
+  std::optional<PortReservation> reservation_;
+};
+
+}  // namespace muster::launcher
