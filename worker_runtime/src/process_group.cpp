@@ -164,7 +164,7 @@ struct ProcessGroup::Impl {
   std::unique_ptr<detail::TcpRing> flat;   // every rank, in rank order (when nodes > 1)
   std::unique_ptr<detail::TcpRing> cross;  // this local index on every node (hierarchical all_reduce)
 
-  std::string broken;
+  std::string broken;  // why the group failed; non-empty: every later call is refused with it
   bool destroyed = false;
   std::mutex key_mutex;
   std::map<std::string, int> key_counts;  // next_key(): the next number per kind
