@@ -25,6 +25,7 @@
 
 #include "muster/net/socket.hpp"
 #include "muster/store/client.hpp"
+#include "group_settings.hpp"
 #include "muster/store/server.hpp"
 #include "reduce.hpp"
 #include "ring.hpp"
@@ -33,16 +34,15 @@
 namespace muster {
 
 using detail::Clock;
+using detail::env;
 
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x4d535247;  // "MSRG"
-constexpr std::size_t kDefaultSlotBytes = 512 << 10;
 // A ring socket's kernel buffers: room for a whole segment in flight.
 constexpr int kRingSocketBuffer = 4 << 20;
 // How long an accepted connection may take to send its greeting.
 constexpr auto kGreetingLimit = std::chrono::seconds(10);
-constexpr std::size_t kMaxGroupName = 128;
 
 // The process's one piece of shared state: the default group, and the count
 // of unnamed groups made so far (which names the next one).
@@ -61,29 +61,6 @@ Registry& registry() {
   std::string msg = context + ": " + st.message();
   if (st.code() == Code::timeout) throw TimeoutError(msg);
   throw Error(msg);
-}
-
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return std::nullopt;
-  return std::string(v);
-}
-
-int env_int(const char* name, std::optional<int> given, const char* field, std::optional<int> fallback = {}) {
-  if (given) return *given;
-  auto v = env(name);
-  if (!v) {
-    if (fallback) return *fallback;
-    throw Error(std::string("muster: ") + name + " is not set; run the program under muster or torchrun, or set ProcessGroupOptions::" +
-                field);
-  }
-  char* end = nullptr;
-  errno = 0;
-  long x = std::strtol(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || errno != 0 || x < INT32_MIN || x > INT32_MAX) {
-    throw Error(std::string("muster: ") + name + "='" + *v + "' is not an integer");
-  }
-  return static_cast<int>(x);
 }
 
 std::string boot_id() {
@@ -205,7 +182,18 @@ struct ProcessGroup::Impl {
     get(barrier + "/all");
   }
 
+  // Which ranks share a node: members per node (nodes by their lowest rank,
+  // ranks in order), each rank's node, each rank's pid.
+  struct Topology {
+    std::vector<std::vector<int>> members;
+    std::vector<int> node_of;
+    std::vector<pid_t> pids;
+  };
+  // Set-up, in order: settings, the store, the nodes, shared memory, the rings.
   void connect(const ProcessGroupOptions& o);
+  void open_store(const detail::GroupSettings& settings);
+  Topology find_nodes(const detail::GroupSettings& settings);
+  void open_shared_memory(const Topology& topology, std::size_t slot_bytes);
   void form_rings(const std::vector<int>& node_of, const std::vector<std::vector<int>>& members_of_node);
   std::vector<RingPlan> plan_rings(const std::vector<int>& node_of, const std::vector<std::vector<int>>& members) const;
   net::UniqueFd connect_to_next(const RingPlan& plan, Clock::time_point until);
@@ -216,142 +204,29 @@ struct ProcessGroup::Impl {
 };
 
 void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
-  rank = env_int("RANK", o.rank, "rank");
-  world = env_int("WORLD_SIZE", o.world_size, "world_size");
-  if (world < 1) throw Error("muster: WORLD_SIZE must be at least 1, got " + std::to_string(world));
-  if (rank < 0 || rank >= world) {
-    throw Error("muster: RANK " + std::to_string(rank) + " is outside [0, " + std::to_string(world) + ")");
-  }
-  if (o.local_rank || env("LOCAL_RANK")) env_local_rank = env_int("LOCAL_RANK", o.local_rank, "local_rank");
-  if (o.local_world_size || env("LOCAL_WORLD_SIZE")) {
-    env_local_size = env_int("LOCAL_WORLD_SIZE", o.local_world_size, "local_world_size");
-  }
-  restart = env_int("TORCHELASTIC_RESTART_COUNT", o.restart_count, "restart_count", 0);
-  timeout = o.timeout;
-  if (timeout.count() <= 0) throw Error("muster: the process group's timeout must be positive");
-  if (o.backend != "cpu") {
-    throw Error("muster: backend '" + o.backend +
-                "' is not a ProcessGroup backend; use \"cpu\" (NCCL: muster::NcclCommunicator in muster/nccl.hpp)");
-  }
-  if (o.name.empty()) {
-    name = "pg" + std::to_string(registry().unnamed_groups.fetch_add(1));
-  } else {
-    if (o.name.size() > kMaxGroupName ||
-        !std::all_of(o.name.begin(), o.name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; })) {
-      throw Error("muster: the group name '" + o.name + "' must be 1-" + std::to_string(kMaxGroupName) +
-                  " letters, digits, '_', '-' or '.'");
-    }
-    name = o.name;
-  }
-  std::string addr = o.master_addr ? *o.master_addr : env("MASTER_ADDR").value_or("");
-  if (addr.empty()) {
-    throw Error("muster: MASTER_ADDR is not set; run the program under muster or torchrun, or set ProcessGroupOptions::master_addr");
-  }
-  int port = env_int("MASTER_PORT", o.master_port, "master_port");
-  if (port < 0 || port > 65535) throw Error("muster: MASTER_PORT " + std::to_string(port) + " is not a port");
-  bool agent_store = o.use_agent_store ? *o.use_agent_store : env("TORCHELASTIC_USE_AGENT_STORE") == std::string("True");
-
-  if (!agent_store && rank == 0) {
-    auto server = store::StoreServer::listen(store_io, "", port);
-    if (!server.ok()) {
-      throw Error("muster: rank 0 cannot host the store on port " + std::to_string(port) + ": " +
-                  server.status().message() + "; choose another MASTER_PORT");
-    }
-    store_server = std::move(server.value());
-    store_thread = std::thread([this] { store_io.run(); });
-  }
-  store::ClientOptions copts;
-  copts.timeout = timeout;
-  auto client = store::StoreClient::connect(addr, port, copts);
-  if (!client.ok()) {
-    std::string msg = "muster: rank " + std::to_string(rank) + ": " + client.status().message();
-    if (client.status().code() == Code::timeout || client.status().code() == Code::unavailable) throw TimeoutError(msg);
-    throw Error(msg);
-  }
-  local_host = client->local_host();
-  store = std::make_unique<store::StoreClient>(std::move(client.value()));
+  auto settings = detail::read_group_settings(o);
+  rank = settings.rank;
+  world = settings.world;
+  env_local_rank = settings.local_rank;
+  env_local_size = settings.local_size;
+  restart = settings.restart;
+  timeout = settings.timeout;
+  name = settings.name.empty() ? "pg" + std::to_string(registry().unnamed_groups.fetch_add(1)) : settings.name;
+  open_store(settings);
   // Named groups have a folder of their own, so no name meets a default one.
-  prefix = "muster/attempt_" + std::to_string(restart) + "/" + (o.name.empty() ? name : "named/" + name) + "/";
+  prefix = "muster/attempt_" + std::to_string(restart) + "/" + (settings.name.empty() ? name : "named/" + name) + "/";
 
-  // Who is where: ranks with the same node id share memory.
-  std::string transport_env = env("MUSTER_CPU_TRANSPORT").value_or("auto");
-  if (transport_env != "auto" && transport_env != "tcp") {
-    throw Error("muster: MUSTER_CPU_TRANSPORT='" + transport_env + "' is not one of auto, tcp");
-  }
-  PeerInfo me;
-  me.pid = getpid();
-  if (transport_env == "tcp") {
-    me.node = "rank" + std::to_string(rank);
-  } else if (auto id = env("MUSTER_NODE_ID"); id && !id->empty()) {
-    me.node = "id:" + *id;
-  } else {
-    me.node = host_name() + "/" + boot_id();
-  }
-  set("info/" + std::to_string(rank), encode_info(me));
-  std::vector<std::string> keys;
-  for (int r = 0; r < world; ++r) keys.push_back("info/" + std::to_string(r));
-  auto values = get_many(keys);
-  std::vector<PeerInfo> peers;
-  for (int r = 0; r < world; ++r) peers.push_back(decode_info(values[r], r));
-
-  std::map<std::string, int> node_index;
-  std::vector<int> node_of(world);
-  std::vector<std::vector<int>> members;  // per node, ranks in order
-  for (int r = 0; r < world; ++r) {
-    auto [it, fresh] = node_index.emplace(peers[r].node, static_cast<int>(members.size()));
-    if (fresh) members.emplace_back();
-    node_of[r] = it->second;
-    members[it->second].push_back(r);
-  }
-  nodes = static_cast<int>(members.size());
-  const auto& mine = members[node_of[rank]];
+  auto topology = find_nodes(settings);
+  nodes = static_cast<int>(topology.members.size());
+  const auto& mine = topology.members[topology.node_of[rank]];
   local_size = static_cast<int>(mine.size());
   local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
-  bool uniform = std::all_of(members.begin(), members.end(), [&](auto& m) { return m.size() == mine.size(); });
-
-  std::size_t slot = kDefaultSlotBytes;
-  if (auto s = env("MUSTER_SHM_SLOT_BYTES")) {
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(s->c_str(), &end, 10);
-    if (s->empty() || *end != '\0' || v < 4096 || v % 4096 != 0 || v > (1ull << 30)) {
-      throw Error("muster: MUSTER_SHM_SLOT_BYTES='" + *s + "' must be a multiple of 4096 between 4096 and 2^30");
-    }
-    slot = v;
-  }
-
+  bool uniform = std::all_of(topology.members.begin(), topology.members.end(),
+                             [&](auto& m) { return m.size() == mine.size(); });
   // Shared memory among the node's ranks (not when node sizes differ: then
   // every collective goes round one TCP ring).
-  if (local_size > 1 && (nodes == 1 || uniform)) {
-    std::vector<pid_t> pids;
-    for (int r : mine) pids.push_back(peers[r].pid);
-    std::string node_key = "shm/" + std::to_string(mine.front());
-    if (local_rank == 0) {
-      std::string name = "/muster-" + std::to_string(getpid()) + "-" + random_hex(8);
-      shm = std::make_unique<detail::ShmNode>(name, true, 0, local_size, slot, pids, mine);
-      // The name goes once every local rank has mapped the segment: a crash
-      // from here on leaves nothing in /dev/shm.
-      std::vector<std::string> opened;
-      for (int j = 1; j < local_size; ++j) opened.push_back("shm_open/" + std::to_string(mine[j]));
-      try {
-        set(node_key, name);
-        get_many(opened);
-      } catch (...) {
-        detail::ShmNode::unlink(name);
-        throw;
-      }
-      detail::ShmNode::unlink(name);
-    } else {
-      std::string name = get(node_key);
-      try {
-        shm = std::make_unique<detail::ShmNode>(name, false, local_rank, local_size, slot, pids, mine);
-      } catch (...) {
-        detail::ShmNode::unlink(name);  // any rank may: the group cannot form anyway
-        throw;
-      }
-      set("shm_open/" + std::to_string(rank), "1");
-    }
-  }
-  if (nodes > 1) form_rings(node_of, members);
+  if (local_size > 1 && (nodes == 1 || uniform)) open_shared_memory(topology, settings.slot_bytes);
+  if (nodes > 1) form_rings(topology.node_of, topology.members);
   if (nodes == 1) {
     transport = world == 1 ? "none" : "shm";
   } else {
@@ -360,6 +235,90 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
   // Every rank has read what it needs from the store before anyone returns
   // (rank 0 may host the store and leave).
   store_barrier("ready");
+}
+
+void ProcessGroup::Impl::open_store(const detail::GroupSettings& settings) {
+  if (!settings.agent_store && rank == 0) {
+    auto server = store::StoreServer::listen(store_io, "", settings.master_port);
+    if (!server.ok()) {
+      throw Error("muster: rank 0 cannot host the store on port " + std::to_string(settings.master_port) + ": " +
+                  server.status().message() + "; choose another MASTER_PORT");
+    }
+    store_server = std::move(server.value());
+    store_thread = std::thread([this] { store_io.run(); });
+  }
+  store::ClientOptions copts;
+  copts.timeout = timeout;
+  auto client = store::StoreClient::connect(settings.master_addr, settings.master_port, copts);
+  if (!client.ok()) {
+    std::string msg = "muster: rank " + std::to_string(rank) + ": " + client.status().message();
+    if (client.status().code() == Code::timeout || client.status().code() == Code::unavailable) throw TimeoutError(msg);
+    throw Error(msg);
+  }
+  local_host = client->local_host();
+  store = std::make_unique<store::StoreClient>(std::move(client.value()));
+}
+
+// Who is where: every rank publishes its pid and node identity; ranks with one
+// identity form a node, nodes ordered by their lowest rank.
+ProcessGroup::Impl::Topology ProcessGroup::Impl::find_nodes(const detail::GroupSettings& settings) {
+  PeerInfo me;
+  me.pid = getpid();
+  if (settings.tcp_only) {
+    me.node = "rank" + std::to_string(rank);
+  } else if (settings.node_id) {
+    me.node = "id:" + *settings.node_id;
+  } else {
+    me.node = host_name() + "/" + boot_id();
+  }
+  set("info/" + std::to_string(rank), encode_info(me));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back("info/" + std::to_string(r));
+  auto values = get_many(keys);
+  Topology t;
+  std::map<std::string, int> node_index;
+  t.node_of.resize(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    PeerInfo peer = decode_info(values[r], r);
+    auto [it, fresh] = node_index.emplace(peer.node, static_cast<int>(t.members.size()));
+    if (fresh) t.members.emplace_back();
+    t.node_of[r] = it->second;
+    t.members[it->second].push_back(r);
+    t.pids.push_back(peer.pid);
+  }
+  return t;
+}
+
+// The node's first rank creates the segment, the others map it, and its name
+// goes once every local rank has: a crash from then on leaves nothing in /dev/shm.
+void ProcessGroup::Impl::open_shared_memory(const Topology& topology, std::size_t slot) {
+  const auto& mine = topology.members[topology.node_of[rank]];
+  std::vector<pid_t> pids;
+  for (int r : mine) pids.push_back(topology.pids[r]);
+  std::string node_key = "shm/" + std::to_string(mine.front());
+  if (local_rank == 0) {
+    std::string name = "/muster-" + std::to_string(getpid()) + "-" + random_hex(8);
+    shm = std::make_unique<detail::ShmNode>(name, true, 0, local_size, slot, pids, mine);
+    std::vector<std::string> opened;
+    for (int j = 1; j < local_size; ++j) opened.push_back("shm_open/" + std::to_string(mine[j]));
+    try {
+      set(node_key, name);
+      get_many(opened);
+    } catch (...) {
+      detail::ShmNode::unlink(name);
+      throw;
+    }
+    detail::ShmNode::unlink(name);
+  } else {
+    std::string name = get(node_key);
+    try {
+      shm = std::make_unique<detail::ShmNode>(name, false, local_rank, local_size, slot, pids, mine);
+    } catch (...) {
+      detail::ShmNode::unlink(name);  // any rank may: the group cannot form anyway
+      throw;
+    }
+    set("shm_open/" + std::to_string(rank), "1");
+  }
 }
 
 std::vector<RingPlan> ProcessGroup::Impl::plan_rings(const std::vector<int>& node_of,
@@ -381,10 +340,11 @@ std::vector<RingPlan> ProcessGroup::Impl::plan_rings(const std::vector<int>& nod
 }
 
 uint32_t ProcessGroup::Impl::ring_token() const {
-  // The group's name, hashed the same way in every process (FNV-1a), plus the
-  // restart count times a prime, so that restarts and names do not cancel out.
+  // The group's key prefix (its attempt, and whether it is named, as well as
+  // its name), hashed the same way in every process (FNV-1a), plus the restart
+  // count times a prime, so that restarts and names do not cancel out.
   uint32_t h = 2166136261u;
-  for (unsigned char c : name) h = (h ^ c) * 16777619u;
+  for (unsigned char c : prefix) h = (h ^ c) * 16777619u;
   return h + static_cast<uint32_t>(restart) * 7919u;
 }
 
