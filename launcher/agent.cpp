@@ -555,7 +555,7 @@ void Agent::finish(int exit_code) {
       say(msg);
     } else if (coordinated_ && job_root_cause_) {
       reporter_.report_job(*job_root_cause_, core_.failures(), node_address_, group_.group_rank,
-                           worker_group_starts_ > 0, [](int) { return pid_t{0}; });
+                           worker_group_starts_ > 0, [this](int lr) { return supervisor_.worker_pid(lr); });
     } else if (root_is_local) {
       // Workers the agent stopped (an order, a lost rendezvous) are victims:
       // the error that stopped them was said when it happened.

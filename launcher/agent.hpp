@@ -1,7 +1,9 @@
 // The agent's driver: one event loop around AgentCore. It forms this node's
-// group, lays out the attempt's log directory, starts the workers through the
-// Supervisor, forwards signals, arms the shutdown grace timer, and prints
-// torchrun's failure report when the run fails.
+// group (alone, or through the rendezvous: agent_rendezvous.cpp), turns the
+// events of its parts (supervisor, signals, store host, worker timeout, file
+// timer) into core events and the core's actions into calls: the launch
+// planner's launches to the Supervisor, signals to the workers, the shutdown
+// grace timer, the failure reporter's report when the run fails.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -102,8 +104,6 @@ class Agent {
   std::map<int, AgentMetrics::Exit> last_exits_;
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;
-  // After worker_timeout_, which it tells of the workers' requests.
-  StoreHost store_host_;
   // Events (--event-log-handler=console, shown at LOGLEVEL INFO or DEBUG, the default).
   bool events_ = false;
   EventGroup event_group_;
@@ -120,6 +120,9 @@ class Agent {
   std::shared_ptr<rendezvous::RendezvousClient> rdzv_;
   std::optional<rendezvous::auth::Key> auth_key_;
   std::unique_ptr<rendezvous::RendezvousServer> rdzv_server_;
+  // After worker_timeout_, which it tells of the workers' requests, and
+  // rdzv_server_, to which its shared port hands connections: it goes first.
+  StoreHost store_host_;
   rendezvous::Settings rdzv_settings_;
   rendezvous::Duration reconnect_timeout_{60000};
   std::string node_address_;

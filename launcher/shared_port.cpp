@@ -37,19 +37,32 @@ SharedPort::~SharedPort() { close(); }
 Result<std::unique_ptr<SharedPort>> SharedPort::listen(asio::io_context& io, const std::string& host, int port,
                                                        Handoff to_store, Handoff to_rendezvous) {
   std::unique_ptr<SharedPort> shared(new SharedPort(io, std::move(to_store), std::move(to_rendezvous)));
-  auto bound = net::open_listener(shared->acceptor_, host, port, "the store and rendezvous port");
+  auto bound = net::open_listener(shared->acceptor_, host, port, "the store");
   if (!bound.ok()) return bound.status();
   shared->port_ = bound.value();
   SharedPort* self = shared.get();
-  net::accept_forever(self->acceptor_, self->retry_timer_, self->alive_, "store and rendezvous port",
+  net::accept_forever(self->acceptor_, self->retry_timer_, self->alive_, "store",
                       [self](tcp::socket socket) {
-                        if (self->undecided_.size() >= kMaxUndecided) {
-                          boost::system::error_code ignored;
-                          socket.close(ignored);
+                        boost::system::error_code ec;
+                        auto remote = socket.remote_endpoint(ec);
+                        std::string peer = ec ? std::string("?") : remote.address().to_string();
+                        auto& from_peer = self->per_peer_[peer];
+                        if (self->undecided_.size() >= kMaxUndecided || from_peer >= kMaxUndecidedPerPeer) {
+                          auto now = std::chrono::steady_clock::now();
+                          if (now - self->last_refusal_logged_ >= std::chrono::seconds(5)) {
+                            self->last_refusal_logged_ = now;
+                            log::warning("port " + std::to_string(self->port_) + ": closing a connection from " + peer +
+                                         ": " + std::to_string(from_peer) + " of its connections (" +
+                                         std::to_string(self->undecided_.size()) +
+                                         " in all) have not yet said whether they are for the store or the rendezvous");
+                          }
+                          if (from_peer == 0) self->per_peer_.erase(peer);
+                          socket.close(ec);
                           return;
                         }
+                        ++from_peer;
                         std::uint64_t id = self->next_id_++;
-                        self->undecided_[id] = std::make_shared<tcp::socket>(std::move(socket));
+                        self->undecided_[id] = Undecided{std::make_shared<tcp::socket>(std::move(socket)), peer};
                         self->read_more(id, std::make_shared<std::string>());
                       });
   return shared;
@@ -58,7 +71,7 @@ Result<std::unique_ptr<SharedPort>> SharedPort::listen(asio::io_context& io, con
 void SharedPort::read_more(std::uint64_t id, std::shared_ptr<std::string> bytes) {
   auto it = undecided_.find(id);
   if (it == undecided_.end()) return;
-  auto socket = it->second;
+  auto socket = it->second.socket;
   auto buf = std::make_shared<std::array<char, 64>>();
   socket->async_read_some(
       asio::buffer(*buf), [this, id, bytes, buf, socket, alive = alive_](const boost::system::error_code& ec,
@@ -67,16 +80,22 @@ void SharedPort::read_more(std::uint64_t id, std::shared_ptr<std::string> bytes)
         auto found = undecided_.find(id);
         if (found == undecided_.end()) return;
         if (ec) {  // gone before it said anything that decides
-          undecided_.erase(found);
+          forget(found);
           return;
         }
         bytes->append(buf->data(), n);
         Verdict v = classify(*bytes);
         if (v == Verdict::need_more) return read_more(id, bytes);
-        undecided_.erase(found);
+        forget(found);
         auto& to = v == Verdict::rendezvous ? to_rendezvous_ : to_store_;
         to(std::move(*socket), std::move(*bytes));
       });
+}
+
+void SharedPort::forget(std::map<std::uint64_t, Undecided>::iterator it) {
+  auto peer = per_peer_.find(it->second.peer);
+  if (peer != per_peer_.end() && --peer->second == 0) per_peer_.erase(peer);
+  undecided_.erase(it);
 }
 
 void SharedPort::close() {
@@ -85,8 +104,9 @@ void SharedPort::close() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   retry_timer_.cancel();
-  for (auto& [id, socket] : undecided_) socket->close(ignored);
+  for (auto& [id, u] : undecided_) u.socket->close(ignored);
   undecided_.clear();
+  per_peer_.clear();
 }
 
 }  // namespace muster::launcher

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,9 +27,14 @@ namespace muster::launcher {
 class SharedPort {
  public:
   using Handoff = std::function<void(boost::asio::ip::tcp::socket, std::string already_read)>;
-  // Connections still undecided at once (each holds a socket and a few bytes);
-  // past it a new connection is closed until one decides or goes.
+  // Connections still undecided at once (each holds a socket and at most a
+  // few bytes), in all and from one IP address; past either a new connection
+  // is closed at once (logged at most every 5 s) until one decides or goes.
+  // No deadline: a TCPStore client may connect well before its first request,
+  // as the store itself allows; the per-address cap keeps one host from
+  // locking the others out.
   static constexpr std::size_t kMaxUndecided = 10000;
+  static constexpr std::size_t kMaxUndecidedPerPeer = 256;
 
   enum class Verdict { need_more, store, rendezvous };
   // What a connection's first bytes say.
@@ -56,7 +62,14 @@ class SharedPort {
   Handoff to_store_;
   Handoff to_rendezvous_;
   std::uint64_t next_id_ = 1;
-  std::map<std::uint64_t, std::shared_ptr<boost::asio::ip::tcp::socket>> undecided_;
+  struct Undecided {
+    std::shared_ptr<boost::asio::ip::tcp::socket> socket;
+    std::string peer;  // its IP address
+  };
+  void forget(std::map<std::uint64_t, Undecided>::iterator it);
+  std::map<std::uint64_t, Undecided> undecided_;
+  std::map<std::string, std::size_t> per_peer_;
+  std::chrono::steady_clock::time_point last_refusal_logged_{};
 };
 
 }  // namespace muster::launcher

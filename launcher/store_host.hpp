@@ -8,7 +8,9 @@
 // static backend's node rank 0, whose --master-port carries both);
 // new_round() gives a round of a c10d job a fresh store on a free port or,
 // failing that, empties the old one; reset() empties it for a new attempt of
-// a one-node job. reserve() holds a port for worker 0's store and
+// a one-node job. serve() and new_round() close a shared port opened before
+// (and with it the rendezvous's way in): the static backend, which shares its
+// port, calls neither after serve_shared(). reserve() holds a port for worker 0's store and
 // release_reservation() lets it go just before the workers start. With a
 // worker timeout to tell (watch), every request and every closed connection
 // of the store is that worker's progress.

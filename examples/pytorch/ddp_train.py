@@ -7,6 +7,7 @@ under muster.
 Rank 0 writes OUT_DIR/model.pt (the state dict) and OUT_DIR/weights.json (each
 parameter's raw bytes in hex, so runs can be compared bit for bit)."""
 import json
+import multiprocessing
 import os
 import sys
 
@@ -70,7 +71,11 @@ def exit_without_finalizing(code=0):
     GIL, is cancelled, and the process aborts with "terminate called without an
     active exception", under torchrun and muster alike (about one run in ten on a
     busy two-core machine). Everything this script writes is written and flushed
-    before it gets here."""
+    before it gets here. Under --run-path (muster's MUSTER_RUN_PATH_DONE_DIR, or
+    torchrun's spawned process) the launcher's code still has to run after the
+    script, so the script returns normally there."""
+    if os.environ.get("MUSTER_RUN_PATH_DONE_DIR") or multiprocessing.parent_process() is not None:
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

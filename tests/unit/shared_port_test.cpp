@@ -7,6 +7,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "muster/net/socket.hpp"
 #include "muster/store/client.hpp"
@@ -84,4 +85,54 @@ TEST_CASE("a shared port hands store clients to the store and frames to the rend
   });
   thread.join();
   CHECK(handed);
+}
+
+TEST_CASE("one address cannot hold more than its share of undecided connections", "[shared_port]") {
+  boost::asio::io_context io;
+  auto shared = SharedPort::listen(
+      io, "127.0.0.1", 0, [](boost::asio::ip::tcp::socket, std::string) {},
+      [](boost::asio::ip::tcp::socket, std::string) {});
+  REQUIRE(shared.ok());
+  int port = shared.value()->port();
+  std::thread thread([&] { io.run_for(120s); });
+  auto undecided = [&] {
+    std::promise<std::size_t> p;
+    auto f = p.get_future();
+    boost::asio::post(io, [&] { p.set_value(shared.value()->undecided()); });
+    REQUIRE(f.wait_for(30s) == std::future_status::ready);
+    return f.get();
+  };
+  // Waits (bounded) until the server holds n undecided connections.
+  auto wait_until_held = [&](std::size_t n) {
+    auto until = std::chrono::steady_clock::now() + 60s;
+    while (undecided() != n && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+    return undecided();
+  };
+  auto deadline = net::Clock::now() + 60s;
+  std::vector<net::UniqueFd> quiet;
+  for (std::size_t i = 0; i < SharedPort::kMaxUndecidedPerPeer; ++i) {
+    auto fd = net::connect_tcp("127.0.0.1", port, deadline);
+    REQUIRE(fd.ok());
+    quiet.push_back(std::move(fd.value()));
+  }
+  REQUIRE(wait_until_held(SharedPort::kMaxUndecidedPerPeer) == SharedPort::kMaxUndecidedPerPeer);
+  // One more from the same address is closed at once: it reads end of stream.
+  auto extra = net::connect_tcp("127.0.0.1", port, deadline);
+  REQUIRE(extra.ok());
+  char byte = 0;
+  auto got = net::recv_all(extra.value().get(), &byte, 1, net::Clock::now() + 30s, "the shared port");
+  CHECK(got.code() == muster::Code::closed);  // closed by the port, not left waiting
+  CHECK(undecided() == SharedPort::kMaxUndecidedPerPeer);
+  // One of the quiet ones goes: there is room again.
+  quiet.pop_back();
+  REQUIRE(wait_until_held(SharedPort::kMaxUndecidedPerPeer - 1) == SharedPort::kMaxUndecidedPerPeer - 1);
+  auto again = net::connect_tcp("127.0.0.1", port, deadline);
+  REQUIRE(again.ok());
+  CHECK(wait_until_held(SharedPort::kMaxUndecidedPerPeer) == SharedPort::kMaxUndecidedPerPeer);
+
+  boost::asio::post(io, [&] {
+    shared.value()->close();
+    io.stop();
+  });
+  thread.join();
 }

@@ -4,6 +4,8 @@
 // TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT) and muster's own
 // knobs (MUSTER_CPU_TRANSPORT, MUSTER_NODE_ID, MUSTER_SHM_SLOT_BYTES). Every
 // value is checked here, once; an error says what to set (muster::Error).
+// (MUSTER_ADVERTISE_ADDR, which only a multi-node group uses, is read where
+// the rings form, in process_group.cpp.)
 #pragma once
 
 #include <chrono>
