@@ -8,6 +8,7 @@ root cause, and a failure on another node is reported with its real pid.
 Each case is made deterministic by what it waits for (files written by
 rename, processes gone, lines logged), never by sleeping."""
 import json
+import math
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (FAST_RDZV_CONF, DATA, SLACK, RdzvConn, free_port, musterd_log, pid_alive, start_muster, start_musterd,
+from muster_testing import (FAST_RDZV_CONF, KEEP_ALIVE_MAX_ATTEMPT, DATA, SLACK, RdzvConn, free_port, musterd_log, pid_alive, start_muster, start_musterd,
                             stop_musterd, wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
@@ -68,7 +69,7 @@ def test_a_paused_node_is_fenced_on_waking_and_re_admitted(tmp_path, musterd):
             f.unlink()  # so that node 3's re-admission shows as new files
         procs[2].send_signal(signal.SIGSTOP)
         try:
-            # Past the dead-after window (1.5 s) the other two re-form without it.
+            # Past the dead-after window (1.5 s, times the slack) the other two re-form without it.
             assert wait_for(lambda: {"n2_a0_r0", "n2_a0_r1"} <= set(envs(tmp_path)), 30 * SLACK)
             assert pid_alive(stale)  # the paused agent could not stop it
         finally:
@@ -161,7 +162,9 @@ def test_musterd_killed_and_restarted_mid_job_goes_unnoticed(tmp_path):
 
 def test_musterd_gone_past_the_reconnect_window_ends_the_job_with_one_clear_message(tmp_path, musterd):
     daemon, endpoint = musterd
-    conf = FAST + ",reconnect_timeout=3"
+    # The agent reconnects for at least the dead-after window (0.5 s x the attempts).
+    window = max(3, math.ceil(0.5 * KEEP_ALIVE_MAX_ATTEMPT))
+    conf = FAST + f",reconnect_timeout={window}"
     procs = [agent(endpoint, "gone", n, 1, 2, tmp_path, "--until-nodes=9", conf=conf) for n in (1, 2)]
     try:
         assert wait_for(lambda: {"n2_a0_r0", "n2_a0_r1"} <= set(envs(tmp_path)), 60 * SLACK)
@@ -174,7 +177,7 @@ def test_musterd_gone_past_the_reconnect_window_ends_the_job_with_one_clear_mess
     for rc, _, err in results:
         assert rc == 1
         assert err.count("muster: error:") == 1, err
-        assert "lost the rendezvous at " + endpoint + " and could not reconnect within 3 s" in err
+        assert f"lost the rendezvous at {endpoint} and could not reconnect within {window} s" in err
         assert "ChildFailedError" not in err  # the workers it stopped are not the cause
     assert not any(pid_alive(p) for p in workers)
 

@@ -85,7 +85,7 @@ def test_a_host_whose_link_is_cut_is_dropped_and_the_others_re_form(hosts, tmp_p
     assert wait_for(lambda: worker_pid_of_rank(tmp_path, 2) is not None, 10 * SLACK)
     stale = worker_pid_of_rank(tmp_path, 2)  # host 3's worker (ranks follow the addresses)
     ip("link", "set", "v3", "down", ns=sw)  # host 3 drops off the network
-    # Its agent stops the worker by itself once the dead-after window (1.5 s) passes unacknowledged.
+    # Its agent stops the worker by itself once the dead-after window (1.5 s, times the slack) passes unacknowledged.
     assert wait_for(lambda: not os.path.exists(f"/proc/{stale}"), 10 * SLACK)
     for p in procs[:2]:
         _, err = p.communicate(timeout=60 * SLACK)
