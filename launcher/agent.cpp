@@ -28,11 +28,6 @@
 namespace muster::launcher {
 namespace {
 
-std::string env_or(const Environment& env, const std::string& key, const std::string& fallback) {
-  auto it = env.find(key);
-  return it == env.end() ? fallback : it->second;
-}
-
 // How long killed workers get to disappear before the agent stops waiting.
 constexpr std::chrono::seconds kKilledWorkerWait{10};
 

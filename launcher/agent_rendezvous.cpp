@@ -119,10 +119,7 @@ Status Agent::setup_rendezvous() {
   node_address_ = cfg_.local_addr ? *cfg_.local_addr : host_;
   node_name_ = node_address_ + "_" + instance_id();
 
-  auto from_env = [this](const char* name) {
-    auto it = env_.find(name);
-    return it == env_.end() ? std::string() : it->second;
-  };
+  auto from_env = [this](const char* name) { return env_or(env_, name, ""); };
   auto key = rendezvous::auth::find_key(cfg_.auth_key_file, from_env("MUSTER_AUTH_KEY_FILE").c_str(),
                                         from_env("CREDENTIALS_DIRECTORY").c_str());
   if (!key.ok()) return key.status();

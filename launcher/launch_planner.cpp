@@ -12,15 +12,6 @@
 
 namespace muster::launcher {
 
-namespace {
-
-std::string env_or(const Environment& env, const std::string& key, const std::string& fallback) {
-  auto it = env.find(key);
-  return it == env.end() ? fallback : it->second;
-}
-
-}  // namespace
-
 LaunchPlanner::LaunchPlanner(const LaunchConfig& cfg, AsyncWriter& writer)
     : cfg_(cfg), writer_(writer), executable_path_(cfg.executable) {}
 

@@ -70,4 +70,9 @@ std::vector<std::string> to_envp(const Environment& env) {
   return out;
 }
 
+std::string env_or(const Environment& env, const std::string& key, const std::string& fallback) {
+  auto it = env.find(key);
+  return it == env.end() ? fallback : it->second;
+}
+
 }  // namespace muster::launcher

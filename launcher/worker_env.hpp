@@ -38,4 +38,7 @@ Result<Environment> build_worker_env(const Environment& base, const GroupAssignm
 // "KEY=VALUE" strings for execve.
 std::vector<std::string> to_envp(const Environment& env);
 
+// env[key], or fallback when it is unset.
+std::string env_or(const Environment& env, const std::string& key, const std::string& fallback);
+
 }  // namespace muster::launcher
