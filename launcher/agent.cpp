@@ -59,10 +59,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
                                               : std::nullopt,
                                           cfg_.worker_timeout, cfg_.one_report_per_job},
                 [this](const std::string& text) { say(text); }),
-      store_host_(io),
-      heartbeat_timer_(io),
-      lease_timer_(io),
-      retry_timer_(io) {
+      store_host_(io) {
   // torch's event loggers run at LOGLEVEL, INFO when it is unset; events are
   // recorded at INFO.
   std::string level = env_or(env_, "LOGLEVEL", "INFO");
@@ -290,9 +287,9 @@ AgentMetrics Agent::metrics() const {
   m.log_lines_dropped = dropped_log_lines_total_;
   for (const auto& [lr, e] : last_exits_) m.last_exits.push_back(e);
   m.coordinated = coordinated_;
-  m.rendezvous_connected = rdzv_ && rdzv_->connected();
-  m.assigned = assignment_.has_value();
-  m.round = round_;
+  m.rendezvous_connected = member_ && member_->connected();
+  m.assigned = member_ && member_->assigned();
+  m.round = member_ ? member_->round() : -1;
   m.group_rank = group_.group_rank;
   m.group_world_size = group_.group_world_size;
   m.world_size = group_.global_world_size;
@@ -440,17 +437,11 @@ void Agent::apply(const std::vector<Action>& actions) {
     } else if (const auto* rf = std::get_if<action::ReportFailure>(&a)) {
       report_to_rendezvous_failure(rf->local_rank);
     } else if (std::holds_alternative<action::ReportSuccess>(a)) {
-      outcome_ = rendezvous::Resume::Outcome::succeeded;
-      // While reconnecting, the resume carries it (a report must not reach a
-      // new connection before its join).
-      if (rdzv_->connected()) rdzv_->send(rendezvous::to_json(rendezvous::WorkersSucceededMessage{round_}));
+      member_->report_success();
     } else if (std::holds_alternative<action::Rejoin>(a)) {
       // Workers down after a restart order or a fence: join for the next round
       // (now, or once the connection is back).
-      assignment_.reset();
-      outcome_.reset();
-      join_pending_ = true;
-      if (rdzv_->connected()) send_join();
+      member_->rejoin();
     } else if (const auto* fin = std::get_if<action::Finish>(&a)) {
       finish(fin->exit_code);
     }
@@ -472,7 +463,7 @@ void Agent::start_workers(int restart_count) {
   };
   // torch times its rendezvous and its rank assignment before every start.
   event_group_.agent_restarts = restart_count;
-  if (events_) emit_event("RENDEZVOUS", "AGENT", nullptr, std::nullopt, ms_since(coordinated_ ? join_sent_at_ : rendezvous_started_));
+  if (events_) emit_event("RENDEZVOUS", "AGENT", nullptr, std::nullopt, ms_since(member_ ? member_->join_sent_at() : rendezvous_started_));
   auto planned = planner_.launches(env_, group_, attempt.value(), worker_timeout_.get());
   if (events_) emit_event("ASSIGN_WORKER_RANKS", "AGENT", nullptr, std::nullopt, ms_since(now));
   event_group_.group_rank = group_.group_rank;
@@ -531,15 +522,7 @@ void Agent::finish(int exit_code) {
   if (worker_timeout_) worker_timeout_->stop();
   shutdown_timer_.cancel();
   signals_.cancel();
-  heartbeat_timer_.cancel();
-  lease_timer_.cancel();
-  retry_timer_.cancel();
-  if (rdzv_) {
-    // Gone at once rather than after the dead-after window (a closed
-    // connection alone could still resume); a job already over ignores it.
-    if (rdzv_->connected()) rdzv_->send(rendezvous::leave_message());
-    rdzv_->close();
-  }
+  if (member_) member_->leave();
   if (events_) emit_final_events(exit_code);
   bool root_is_local = false;
   for (const auto& f : core_.failures()) root_is_local = root_is_local || !f.stopped_by_agent;
@@ -549,7 +532,7 @@ void Agent::finish(int exit_code) {
                         " got signal: " + std::to_string(*core_.received_signal()) + "\n";
       say(msg);
     } else if (coordinated_ && job_root_cause_) {
-      reporter_.report_job(*job_root_cause_, core_.failures(), node_address_, group_.group_rank,
+      reporter_.report_job(*job_root_cause_, core_.failures(), member_->address(), group_.group_rank,
                            worker_group_starts_ > 0, [this](int lr) { return supervisor_.worker_pid(lr); });
     } else if (root_is_local) {
       // Workers the agent stopped (an order, a lost rendezvous) are victims:

@@ -1,7 +1,7 @@
 // The agent's driver: one event loop around AgentCore. It forms this node's
-// group (alone, or through the rendezvous: agent_rendezvous.cpp), turns the
-// events of its parts (supervisor, signals, store host, worker timeout, file
-// timer) into core events and the core's actions into calls: the launch
+// group (alone, or through the rendezvous: agent_rendezvous.cpp and its
+// RendezvousMember), turns the events of its parts (supervisor, signals,
+// rendezvous member, store host, worker timeout, file timer) into core events and the core's actions into calls: the launch
 // planner's launches to the Supervisor, signals to the workers, the shutdown
 // grace timer, the failure reporter's report when the run fails.
 #pragma once
@@ -22,8 +22,8 @@
 #include "worker_timeout.hpp"
 #include "launch_config.hpp"
 #include "launch_planner.hpp"
-#include "muster/rendezvous/client.hpp"
 #include "muster/rendezvous/server.hpp"
+#include "rendezvous_member.hpp"
 #include "store_host.hpp"
 #include "signal_source.hpp"
 #include "supervisor.hpp"
@@ -62,22 +62,12 @@ class Agent {
   void on_timer_expired(const ExpiredWorker& w);
   // --worker-timeout (worker_timeout.hpp).
   void on_workers_silent(const std::vector<ProgressWatch::Silent>& silent);
-  // Multi-node jobs (agent_rendezvous.cpp).
+  // Multi-node jobs (agent_rendezvous.cpp): the rendezvous's events.
   int run_coordinated();
   Status setup_rendezvous();
-  void on_connected();
-  rendezvous::JoinMessage join_message() const;
-  void send_join();
-  void send_resume();
-  void on_rendezvous_message(const nlohmann::json& m);
-  void on_rendezvous_error(const Status& st);
-  void on_rendezvous_lost(const Status& st);
-  void heartbeat_loop();
-  void arm_lease_timer();
-  void check_lease();
-  void fence(const std::string& why);
+  void on_assigned(const rendezvous::out::Assign& a);
+  void on_rendezvous_failed(const Status& st);
   bool shutting_down() const;
-  bool within_stale_connection_window();
   void report_to_rendezvous_failure(int local_rank);
   // Text for the agent's stderr (errors, reports), through the writer.
   void say(const std::string& text);
@@ -117,36 +107,12 @@ class Agent {
 
   // Multi-node state.
   bool coordinated_ = false;
-  std::shared_ptr<rendezvous::RendezvousClient> rdzv_;
-  std::optional<rendezvous::auth::Key> auth_key_;
   std::unique_ptr<rendezvous::RendezvousServer> rdzv_server_;
   // After worker_timeout_, which it tells of the workers' requests, and
   // rdzv_server_, to which its shared port hands connections: it goes first.
   StoreHost store_host_;
-  rendezvous::Settings rdzv_settings_;
-  rendezvous::Duration reconnect_timeout_{60000};
-  std::string node_address_;
-  std::string node_name_;  // this agent's identity: "<address>_<random instance id>"
-  bool is_host_ = false;
-  int round_ = -1;
-  // The assignment the workers run under, while the rendezvous counts on it;
-  // with how they ended once they did (sent again when resuming).
-  std::optional<rendezvous::out::Assign> assignment_;
-  std::optional<rendezvous::Resume::Outcome> outcome_;
-  std::optional<rendezvous::FailureInfo> outcome_failure_;
-  bool join_pending_ = false;  // a join is due or sent and not yet answered with an assignment
-  int known_round_ = 0;        // the round the next join is for, as last heard
-  int known_restart_count_ = 0;
-  std::optional<Lease> lease_;
-  uint64_t heartbeat_seq_ = 0;
-  boost::asio::steady_timer heartbeat_timer_;
-  boost::asio::steady_timer lease_timer_;
-  std::chrono::steady_clock::time_point last_progress_note_{};
-  bool reconnecting_ = false;  // the connection broke and has not come back yet
-  std::chrono::steady_clock::time_point join_sent_at_{};  // the latest join or resume
-  std::chrono::steady_clock::time_point last_heard_{};    // the latest message from the rendezvous
-  std::optional<std::chrono::steady_clock::time_point> already_exists_since_;
-  boost::asio::steady_timer retry_timer_;
+  // After store_host_, whose port it advertises: it goes before it.
+  std::unique_ptr<RendezvousMember> member_;
   std::optional<rendezvous::FailureInfo> job_root_cause_;
 };
 

@@ -1,0 +1,427 @@
+#include "rendezvous_member.hpp"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "muster/common/log.hpp"
+#include "muster/rendezvous/protocol.hpp"
+#include "progress_watch.hpp"
+#include "rdzv_conf.hpp"
+
+namespace muster::launcher {
+namespace {
+
+using nlohmann::json;
+
+// While a round forms, a waiting node says where it stands at most this often.
+constexpr std::chrono::seconds kWaitingNoteEvery{5};
+// While waiting for a round the heartbeats also ask where it stands, at least this often.
+constexpr rendezvous::Duration kProgressEvery{5000};
+// A join refused because the rendezvous still holds this node's old
+// connection is tried again after this long.
+constexpr std::chrono::milliseconds kStaleConnectionRetry{500};
+
+Result<rendezvous::Duration> conf_seconds(const RdzvConf& conf, const std::string& key, double fallback) {
+  auto it = conf.find(key);
+  double v = fallback;
+  if (it != conf.end()) {
+    char* end = nullptr;
+    v = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0' || !(v >= 0)) {
+      return invalid_argument("The rendezvous configuration option '" + key +
+                              "' must be a number of seconds, got '" + it->second + "'");
+    }
+  }
+  // Longer than the protocol's limit (a year) waits as long as that limit.
+  constexpr double kMaxMs = static_cast<double>(rendezvous::kMaxTimeoutMs);
+  double ms = v * 1000;
+  if (!(ms <= kMaxMs)) {
+    log::warning("--rdzv-conf " + key + "=" + it->second + " is longer than a year; using a year");
+    ms = kMaxMs;
+  }
+  return rendezvous::Duration(static_cast<long long>(ms));
+}
+
+// 128 random bits as hex: no two agents have the same by accident (a PID
+// repeats across containers and hosts).
+std::string instance_id() {
+  unsigned char bytes[16] = {};
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got < sizeof bytes) {
+    // No getrandom (a very old kernel): time and pid, still unique per host.
+    auto t = static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
+    for (std::size_t i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(t >> (8 * i));
+    auto p = static_cast<unsigned long long>(getpid());
+    for (std::size_t i = 0; i < 8; ++i) bytes[8 + i] = static_cast<unsigned char>(p >> (8 * i));
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back(hex[b >> 4]);
+    out.push_back(hex[b & 15]);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<MemberSettings> member_settings(const LaunchConfig& cfg) {
+  const bool is_static = cfg.rdzv_backend == "static";
+  const auto& conf = cfg.rdzv_conf;
+  // The static backend waits `timeout` (900 s from torchrun) for every node.
+  auto join = is_static ? conf_seconds(conf, "timeout", 900) : conf_seconds(conf, "join_timeout", 600);
+  auto last = conf_seconds(conf, "last_call_timeout", 30);
+  auto close = conf_seconds(conf, "close_timeout", 30);
+  auto keep = conf_seconds(conf, "keep_alive_interval", 5);
+  auto attempts = rdzv_conf_int(conf, "keep_alive_max_attempt", 3);
+  auto reconnect = conf_seconds(conf, "reconnect_timeout", 60);
+  for (const auto* r : {&join, &last, &close, &keep, &reconnect}) {
+    if (!r->ok()) return r->status();
+  }
+  if (!attempts.ok()) return attempts.status();
+  if (keep->count() <= 0 || attempts.value() < 1 || attempts.value() > rendezvous::kMaxKeepAliveAttempts) {
+    return invalid_argument("keep_alive_interval must be > 0 and keep_alive_max_attempt in [1, " +
+                            std::to_string(rendezvous::kMaxKeepAliveAttempts) + "]");
+  }
+  if (join->count() <= 0) return invalid_argument("join_timeout must be more than 0 seconds");
+  MemberSettings s;
+  s.rdzv.min_nodes = cfg.min_nodes;
+  s.rdzv.max_nodes = cfg.max_nodes;
+  s.rdzv.max_restarts = cfg.max_restarts;
+  s.rdzv.join_timeout = join.value();
+  s.rdzv.last_call_timeout = last.value();
+  s.rdzv.close_timeout = close.value();
+  s.rdzv.keep_alive_interval = keep.value();
+  s.rdzv.keep_alive_max_attempt = static_cast<int>(attempts.value());
+  if (is_static) {
+    // Not elastic: every node of --nnodes's maximum, each with its --node-rank.
+    s.rdzv.static_ranks = true;
+    s.rdzv.min_nodes = s.rdzv.max_nodes = cfg.max_nodes;
+  }
+  // Reconnecting for less than the dead-after window would give up on a
+  // rendezvous that still counts this node alive.
+  s.reconnect_timeout = std::max(reconnect.value(), s.rdzv.dead_after());
+  return s;
+}
+
+RendezvousMember::RendezvousMember(boost::asio::io_context& io, std::string host, int port, MemberSettings settings,
+                                   MemberIdentity identity, std::optional<rendezvous::auth::Key> key,
+                                   const AgentCore& core, Events events)
+    : io_(io),
+      settings_(std::move(settings)),
+      id_(std::move(identity)),
+      name_(id_.address + "_" + instance_id()),
+      core_(core),
+      events_(std::move(events)),
+      lease_(settings_.rdzv.dead_after()),
+      heartbeat_timer_(io),
+      lease_timer_(io),
+      retry_timer_(io) {
+  rdzv_ = std::make_shared<rendezvous::RendezvousClient>(
+      io_, std::move(host), port, [this](const json& m) { on_message(m); }, [this](const Status& st) { on_error(st); },
+      [this](const Status& st) { on_lost(st); });
+  // Heartbeats nobody acknowledges (the link is cut, the server's host
+  // vanished) make the kernel fail the connection after twice the window.
+  rdzv_->set_user_timeout(settings_.rdzv.dead_after() * 2);
+  if (key) rdzv_->set_auth_key(std::move(*key));
+}
+
+RendezvousMember::~RendezvousMember() {
+  left_ = true;
+  rdzv_->close();
+}
+
+void RendezvousMember::start() {
+  join_pending_ = true;
+  rdzv_->connect(settings_.rdzv.join_timeout, [this] { on_connected(); });
+  heartbeat_loop();
+}
+
+bool RendezvousMember::shutting_down() const { return left_ || core_.stop_reason() == StopReason::signal; }
+
+bool RendezvousMember::within_stale_connection_window() {
+  auto now = std::chrono::steady_clock::now();
+  if (!already_exists_since_) already_exists_since_ = now;
+  // Twice the window: the server drops the old member at the latest one
+  // window after it last heard it, which was before this agent reconnected.
+  return now - *already_exists_since_ < settings_.rdzv.dead_after() * 2;
+}
+
+// Connected, the first time or again: take the place back or join.
+void RendezvousMember::on_connected() {
+  if (left_) return;
+  reconnecting_ = false;
+  last_heard_ = std::chrono::steady_clock::now();
+  // The lease is not renewed here: a connection proves nothing until the
+  // rendezvous answers (an ack, or the assign or resumed that the join sent
+  // now brings, which renews it from this send time).
+  if (assignment_) return send_resume();
+  if (join_pending_) send_join();
+  // Otherwise workers are being stopped on an order; rejoin() will join.
+}
+
+void RendezvousMember::reconnect() {
+  reconnecting_ = true;
+  rdzv_->reconnect(settings_.reconnect_timeout, [this] { on_connected(); });
+}
+
+// What every join of this node says: who it is, where, with what.
+rendezvous::JoinMessage RendezvousMember::join_message() const {
+  rendezvous::JoinMessage m;
+  m.job = id_.job;
+  m.request.node_name = name_;
+  m.request.address = id_.address;
+  m.request.local_world_size = id_.local_world_size;
+  m.request.role = id_.role;
+  m.request.store_port = store_port_;
+  m.request.is_host = id_.is_host;
+  m.request.node_rank = id_.node_rank;
+  m.settings = settings_.rdzv;
+  return m;
+}
+
+void RendezvousMember::send_join() {
+  auto port = events_.round_store();
+  if (!port.ok()) return on_error(port.status());
+  store_port_ = port.value();
+  rendezvous::JoinMessage m = join_message();
+  m.request.known_round = known_round_;
+  m.request.known_restart_count = known_restart_count_;
+  join_pending_ = true;
+  last_progress_note_ = join_sent_at_ = std::chrono::steady_clock::now();
+  rdzv_->send(rendezvous::to_json(m));
+  log::info("[" + id_.role + "] joining the rendezvous of job '" + id_.job + "' at " + rdzv_->address() +
+            " as node " + name_);
+}
+
+// Back on a new connection while the workers run (or have just ended) under
+// an assignment: say where this node stands, so the rendezvous (the same, or
+// a restarted one) gives the place back.
+void RendezvousMember::send_resume() {
+  const auto& a = *assignment_;
+  rendezvous::JoinMessage m = join_message();
+  rendezvous::Resume r;
+  r.round = a.round;
+  r.restart_count = a.restart_count;
+  r.group_rank = a.group_rank;
+  r.group_world_size = a.group_world_size;
+  r.ranks = a.ranks;
+  r.master_addr = a.master_addr;
+  r.master_port = a.master_port;
+  r.outcome = outcome_.value_or(rendezvous::Resume::Outcome::running);
+  r.failure = outcome_failure_;
+  m.request.resume = r;
+  join_sent_at_ = std::chrono::steady_clock::now();
+  rdzv_->send(rendezvous::to_json(m));
+  log::info("[" + id_.role + "] resuming round " + std::to_string(a.round) + " of job '" + id_.job + "' at " +
+            rdzv_->address() + " as group rank " + std::to_string(a.group_rank));
+}
+
+void RendezvousMember::heartbeat_loop() {
+  auto every = join_pending_ ? std::min(settings_.rdzv.keep_alive_interval, kProgressEvery)
+                             : settings_.rdzv.keep_alive_interval;
+  heartbeat_timer_.expires_after(every);
+  heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || left_) return;
+    // Woken late (the agent was paused): the lease may have lapsed meanwhile,
+    // and a heartbeat now must not hide it.
+    check_lease();
+    if (left_) return;
+    // A rendezvous that accepts bytes and never answers (stopped, stuck)
+    // would leave a waiting node waiting for ever: its kernel still ACKs.
+    if (join_pending_ && !assignment_ && rdzv_->connected() &&
+        std::chrono::steady_clock::now() - last_heard_ >= settings_.reconnect_timeout) {
+      return on_error(Status(Code::unavailable, "the rendezvous at " + rdzv_->address() + " has not answered for " +
+                                                    seconds_of(settings_.reconnect_timeout) +
+                                                    " (--rdzv-conf reconnect_timeout)"));
+    }
+    if (rdzv_->connected()) {
+      rendezvous::HeartbeatMessage beat;
+      beat.seq = ++heartbeat_seq_;
+      beat.progress = join_pending_;
+      lease_.sent(*beat.seq, std::chrono::steady_clock::now());
+      rdzv_->send(rendezvous::heartbeat_message(beat));
+    }
+    heartbeat_loop();
+  });
+}
+
+void RendezvousMember::arm_lease_timer() {
+  lease_timer_.expires_at(lease_.expires());
+  lease_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || left_) return;
+    check_lease();
+  });
+}
+
+void RendezvousMember::check_lease() {
+  if (left_ || !assignment_ || !core_.holds_workers()) return;
+  if (!lease_.lapsed(std::chrono::steady_clock::now())) return;
+  fence("no heartbeat of this node was acknowledged for " + seconds_of(lease_.dead_after()) +
+        " (keep_alive_interval x keep_alive_max_attempt), so the rendezvous counts it gone");
+  if (left_) return;
+  // That connection has been of no use for the whole window: start afresh.
+  if (rdzv_->connected()) reconnect();
+}
+
+// The workers run in a world that goes on without them: the agent stops
+// them, then rejoins as a newcomer.
+void RendezvousMember::fence(const std::string& why) {
+  if (shutting_down()) return;
+  log::warning("[" + id_.role + "] this node is out of the job: " + rendezvous::log_excerpt(why, 1000) +
+               "; stopping its workers, then joining again");
+  assignment_.reset();
+  outcome_.reset();
+  events_.fenced();
+}
+
+void RendezvousMember::on_message(const json& raw) {
+  if (left_) return;
+  auto decoded = rendezvous::server_message_from_json(raw);
+  if (!decoded.ok()) {
+    return on_error(Status(Code::io_error, "the rendezvous at " + rdzv_->address() +
+                                               " sent a message this agent cannot use: " +
+                                               decoded.status().message()));
+  }
+  const auto& m = decoded.value();
+  last_heard_ = std::chrono::steady_clock::now();
+  if (!std::holds_alternative<rendezvous::out::Reject>(m)) already_exists_since_.reset();
+  if (const auto* ack = std::get_if<rendezvous::HeartbeatAck>(&m)) {
+    lease_.acked(ack->seq);
+    arm_lease_timer();
+  } else if (const auto* a = std::get_if<rendezvous::out::Assign>(&m)) {
+    if (shutting_down()) return;
+    join_pending_ = false;
+    round_ = a->round;
+    assignment_ = *a;
+    // The join that brought this was heard: the lease runs from its sending.
+    lease_.renew(join_sent_at_);
+    arm_lease_timer();
+    outcome_.reset();
+    outcome_failure_.reset();
+    known_round_ = a->round;
+    known_restart_count_ = a->restart_count;
+    events_.assigned(*a);
+  } else if (const auto* res = std::get_if<rendezvous::out::Resumed>(&m)) {
+    lease_.renew(join_sent_at_);
+    arm_lease_timer();
+    // A warning, as the broken connection was: the reader learns it healed.
+    log::warning("[" + id_.role + "] back in round " + std::to_string(res->round) + " of job '" + id_.job + "' at " +
+                 rdzv_->address() + "; the workers went on running");
+  } else if (const auto* w = std::get_if<rendezvous::out::Waiting>(&m)) {
+    auto now = std::chrono::steady_clock::now();
+    if (!join_pending_ || now - last_progress_note_ < kWaitingNoteEvery) return;
+    last_progress_note_ = now;
+    log::warning("[" + id_.role + "] waiting for the rendezvous of job '" + id_.job + "' at " + rdzv_->address() +
+                 ": round " + std::to_string(w->round) + " has " + std::to_string(w->joined) + " of " +
+                 std::to_string(w->min_nodes) + ".." + std::to_string(w->max_nodes) + " nodes" +
+                 (w->waiting > 0 ? " (" + std::to_string(w->waiting) + " more waiting)" : std::string()) + "; " +
+                 seconds_of(std::chrono::duration_cast<std::chrono::seconds>(w->join_timeout_left)) +
+                 " left of join_timeout");
+  } else if (const auto* r = std::get_if<rendezvous::out::Restart>(&m)) {
+    known_round_ = r->next_round;
+    if (assignment_ && r->counts_as_failure) known_restart_count_ = assignment_->restart_count + 1;
+    assignment_.reset();
+    outcome_.reset();
+    if (shutting_down()) return;
+    log::warning("[" + id_.role + "] the job re-forms (" + rendezvous::log_excerpt(r->reason, 1000) +
+                 "); will restart worker group");
+    events_.restart();
+  } else if (const auto* fen = std::get_if<rendezvous::out::Fenced>(&m)) {
+    fence("the rendezvous dropped it (" + fen->reason + ")");
+  } else if (const auto* f = std::get_if<rendezvous::out::Finished>(&m)) {
+    if (!f->success && !shutting_down()) {
+      log::error("[" + id_.role + "] the job failed: " + rendezvous::log_excerpt(f->message, 1000));
+    }
+    std::optional<rendezvous::FailureInfo> root_cause;
+    if (!f->success && f->root_cause) root_cause = *f->root_cause;
+    events_.finish(f->success ? 0 : 1, root_cause);
+  } else if (const auto* rej = std::get_if<rendezvous::out::Reject>(&m);
+             rej && rej->code == Code::already_exists && within_stale_connection_window()) {
+    // This node's identity is random: the member holding it is this node's
+    // own old connection, which the rendezvous has not seen close yet. It
+    // will within the dead-after window; try again shortly until then.
+    log::warning("[" + id_.role + "] the rendezvous still holds this node's old connection; reconnecting");
+    retry_timer_.expires_after(kStaleConnectionRetry);
+    retry_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || left_) return;
+      reconnect();
+    });
+  } else {
+    const std::string& text = std::holds_alternative<rendezvous::out::Reject>(m)
+                                  ? std::get<rendezvous::out::Reject>(m).message
+                                  : std::get<rendezvous::ErrorMessage>(m).message;
+    on_error(Status(Code::unavailable,
+                    "the rendezvous at " + rdzv_->address() + " refused this node: " + rendezvous::log_excerpt(text, 2000)));
+  }
+}
+
+void RendezvousMember::on_error(const Status& st) {
+  if (left_) return;
+  if (!reconnecting_) return events_.failed(st);
+  events_.failed(Status(st.code(), "lost the rendezvous at " + rdzv_->address() + " and could not reconnect within " +
+                                       seconds_of(settings_.reconnect_timeout) +
+                                       " (--rdzv-conf reconnect_timeout); the job ends on this node: " + st.message()));
+}
+
+// The connection broke: the workers keep running while this node reconnects.
+void RendezvousMember::on_lost(const Status& st) {
+  if (left_) return;
+  // Over: the rendezvous closes the connections of a finished job.
+  if (shutting_down() || core_.finishing()) return;
+  log::warning("[" + id_.role + "] " + st.message() +
+               "; the workers keep running while this node reconnects (for up to " +
+               seconds_of(settings_.reconnect_timeout) + ")");
+  auto started = std::chrono::steady_clock::now();
+  reconnecting_ = true;
+  rdzv_->reconnect(settings_.reconnect_timeout, [this, started] {
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    log::info("[" + id_.role + "] reconnected to the rendezvous at " + rdzv_->address() + " after " + seconds_of(took));
+    on_connected();
+  });
+}
+
+void RendezvousMember::rejoin() {
+  if (left_) return;
+  assignment_.reset();
+  outcome_.reset();
+  join_pending_ = true;
+  if (rdzv_->connected()) send_join();
+  // Otherwise the join goes out once the connection is back.
+}
+
+void RendezvousMember::report_failure(const rendezvous::FailureInfo& failure) {
+  outcome_ = rendezvous::Resume::Outcome::failed;
+  outcome_failure_ = failure;
+  if (!left_ && rdzv_->connected()) {
+    rdzv_->send(rendezvous::to_json(rendezvous::WorkersFailedMessage{round_, failure}));
+  }
+}
+
+void RendezvousMember::report_success() {
+  outcome_ = rendezvous::Resume::Outcome::succeeded;
+  // While reconnecting, the resume carries it (a report must not reach a new
+  // connection before its join).
+  if (!left_ && rdzv_->connected()) rdzv_->send(rendezvous::to_json(rendezvous::WorkersSucceededMessage{round_}));
+}
+
+void RendezvousMember::leave() {
+  if (left_) return;
+  left_ = true;
+  heartbeat_timer_.cancel();
+  lease_timer_.cancel();
+  retry_timer_.cancel();
+  // Gone at once rather than after the dead-after window (a closed
+  // connection alone could still resume); a job already over ignores it.
+  if (rdzv_->connected()) rdzv_->send(rendezvous::leave_message());
+  rdzv_->close();
+}
+
+}  // namespace muster::launcher

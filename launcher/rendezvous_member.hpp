@@ -1,0 +1,165 @@
+// This node's membership in a multi-node job's rendezvous: joining (and
+// joining again after a restart order or a fence), taking its place back
+// after a broken connection, heartbeats and the lease they keep, and telling
+// the rendezvous how this node's workers ended. It owns the connection and
+// decides nothing about workers: each order of the rendezvous becomes an
+// event for the agent, which hands it to AgentCore and carries out the
+// core's actions.
+//
+// Contract:
+// - start() connects and joins. Each round the rendezvous assigns is
+//   events.assigned; the workers run under it.
+// - events.restart: the job re-forms. The agent stops its workers, then
+//   calls rejoin().
+// - events.finish(code, root cause): the job is over; the root cause is the
+//   failure the rendezvous names for a failed job.
+// - events.fenced(why): this node is out of the job: the rendezvous dropped
+//   it, or no heartbeat was acknowledged for the dead-after window while the
+//   workers ran (the lease lapsed). The agent stops its workers, then calls
+//   rejoin(); the member joins as a newcomer.
+// - events.failed(status): the rendezvous cannot be used any more: it
+//   refused this node, sent a message this agent cannot decode, did not
+//   answer for reconnect_timeout, or stayed gone past it. The status's
+//   message says which, with the rendezvous's address.
+// - A broken connection is not an event: the workers keep running while the
+//   member reconnects for reconnect_timeout and resumes its place (round,
+//   ranks, how the workers ended), or joins afresh if it holds none.
+// - report_failure() and report_success() say how the workers ended: sent
+//   now, or carried by the resume when the connection is down.
+// - leave() ends the membership: the rendezvous hears that this node is gone
+//   and no event follows.
+// - It reads the agent's core (never changes it): whether workers run under
+//   the assignment (only then can the lease fence them) and whether the
+//   agent is stopping for good (a signal: orders no longer matter).
+//
+// Membership, as this node keeps it:
+// - Its identity is "<address>_<random 128-bit instance id>", chosen at start.
+// - Heartbeats carry a sequence number and are acknowledged; the Lease runs
+//   from the send time of the latest acknowledged one.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "agent_core.hpp"
+#include "launch_config.hpp"
+#include "muster/common/status.hpp"
+#include "muster/rendezvous/auth.hpp"
+#include "muster/rendezvous/client.hpp"
+#include "muster/rendezvous/core.hpp"
+
+namespace muster::launcher {
+
+// What the member follows, from the command line and --rdzv-conf.
+struct MemberSettings {
+  rendezvous::Settings rdzv;  // sent with every join
+  // How long a broken connection is retried before the job ends on this
+  // node; never less than the dead-after window.
+  rendezvous::Duration reconnect_timeout{60000};
+};
+
+// Reads the rendezvous settings of a multi-node job from cfg: --nnodes,
+// --max-restarts, the backend (static: every node, with its node rank), and
+// --rdzv-conf's join_timeout (the static backend's timeout), last_call_timeout,
+// close_timeout, keep_alive_interval, keep_alive_max_attempt and
+// reconnect_timeout. A bad value is an invalid_argument that names the key.
+Result<MemberSettings> member_settings(const LaunchConfig& cfg);
+
+// Who this node is to the rendezvous; the same in every join.
+struct MemberIdentity {
+  std::string job;                // --rdzv-id
+  std::string role;               // --role
+  std::string address;            // where the other nodes reach this one
+  int local_world_size = 0;       // --nproc-per-node
+  std::optional<int> node_rank;   // the static backend's --node-rank
+  bool is_host = false;           // this agent serves the rendezvous (or the static store)
+};
+
+class RendezvousMember {
+ public:
+  struct Events {
+    std::function<void(const rendezvous::out::Assign&)> assigned;
+    std::function<void()> restart;
+    std::function<void(int exit_code, const std::optional<rendezvous::FailureInfo>& root_cause)> finish;
+    std::function<void()> fenced;
+    std::function<void(const Status&)> failed;
+    // Before each join for a new round: the port of the workers' store this
+    // node advertises for it (a fresh store per round, or the static one).
+    std::function<Result<int>()> round_store;
+  };
+
+  RendezvousMember(boost::asio::io_context& io, std::string host, int port, MemberSettings settings,
+                   MemberIdentity identity, std::optional<rendezvous::auth::Key> key, const AgentCore& core,
+                   Events events);
+  ~RendezvousMember();
+  RendezvousMember(const RendezvousMember&) = delete;
+  RendezvousMember& operator=(const RendezvousMember&) = delete;
+
+  void start();
+  void rejoin();
+  void report_failure(const rendezvous::FailureInfo& failure);
+  void report_success();
+  void leave();
+
+  bool connected() const { return rdzv_->connected(); }
+  // Holds a place in a round the rendezvous counts on.
+  bool assigned() const { return assignment_.has_value(); }
+  int round() const { return round_; }  // the latest round assigned; -1 before any
+  // When the latest join or resume went out (the rendezvous's duration, for events).
+  std::chrono::steady_clock::time_point join_sent_at() const { return join_sent_at_; }
+  const std::string& address() const { return id_.address; }
+  const std::string& name() const { return name_; }
+  const MemberSettings& settings() const { return settings_; }
+
+ private:
+  void on_connected();
+  rendezvous::JoinMessage join_message() const;
+  void send_join();
+  void send_resume();
+  void on_message(const nlohmann::json& raw);
+  void on_error(const Status& st);
+  void on_lost(const Status& st);
+  void heartbeat_loop();
+  void arm_lease_timer();
+  void check_lease();
+  void fence(const std::string& why);
+  void reconnect();
+  bool shutting_down() const;
+  bool within_stale_connection_window();
+
+  boost::asio::io_context& io_;
+  MemberSettings settings_;
+  MemberIdentity id_;
+  std::string name_;  // "<address>_<random instance id>"
+  const AgentCore& core_;
+  Events events_;
+  std::shared_ptr<rendezvous::RendezvousClient> rdzv_;
+  Lease lease_;
+  bool left_ = false;
+  int round_ = -1;
+  int store_port_ = 0;  // advertised with the latest join
+  // The assignment the workers run under, while the rendezvous counts on it;
+  // with how they ended once they did (sent again when resuming).
+  std::optional<rendezvous::out::Assign> assignment_;
+  std::optional<rendezvous::Resume::Outcome> outcome_;
+  std::optional<rendezvous::FailureInfo> outcome_failure_;
+  bool join_pending_ = false;  // a join is due or sent and not yet answered with an assignment
+  int known_round_ = 0;        // the round the next join is for, as last heard
+  int known_restart_count_ = 0;
+  uint64_t heartbeat_seq_ = 0;
+  bool reconnecting_ = false;  // the connection broke and has not come back yet
+  std::chrono::steady_clock::time_point last_progress_note_{};
+  std::chrono::steady_clock::time_point join_sent_at_{};  // the latest join or resume
+  std::chrono::steady_clock::time_point last_heard_{};    // the latest message from the rendezvous
+  std::optional<std::chrono::steady_clock::time_point> already_exists_since_;
+  boost::asio::steady_timer heartbeat_timer_;
+  boost::asio::steady_timer lease_timer_;
+  boost::asio::steady_timer retry_timer_;
+};
+
+}  // namespace muster::launcher
