@@ -27,8 +27,6 @@ SharedPort::Verdict SharedPort::classify(std::string_view in) {
 
 SharedPort::SharedPort(asio::io_context& io, Handoff to_store, Handoff to_rendezvous)
     : acceptor_(io),
-      retry_timer_(io),
-      alive_(std::make_shared<bool>(true)),
       to_store_(std::move(to_store)),
       to_rendezvous_(std::move(to_rendezvous)) {}
 
@@ -37,35 +35,36 @@ SharedPort::~SharedPort() { close(); }
 Result<std::unique_ptr<SharedPort>> SharedPort::listen(asio::io_context& io, const std::string& host, int port,
                                                        Handoff to_store, Handoff to_rendezvous) {
   std::unique_ptr<SharedPort> shared(new SharedPort(io, std::move(to_store), std::move(to_rendezvous)));
-  auto bound = net::open_listener(shared->acceptor_, host, port, "the store");
-  if (!bound.ok()) return bound.status();
-  shared->port_ = bound.value();
   SharedPort* self = shared.get();
-  net::accept_forever(self->acceptor_, self->retry_timer_, self->alive_, "store",
-                      [self](tcp::socket socket) {
-                        boost::system::error_code ec;
-                        auto remote = socket.remote_endpoint(ec);
-                        std::string peer = ec ? std::string("?") : remote.address().to_string();
-                        auto& from_peer = self->per_peer_[peer];
-                        if (self->undecided_.size() >= kMaxUndecided || from_peer >= kMaxUndecidedPerPeer) {
-                          auto now = std::chrono::steady_clock::now();
-                          if (now - self->last_refusal_logged_ >= std::chrono::seconds(5)) {
-                            self->last_refusal_logged_ = now;
-                            log::warning("port " + std::to_string(self->port_) + ": closing a connection from " + peer +
-                                         ": " + std::to_string(from_peer) + " of its connections (" +
-                                         std::to_string(self->undecided_.size()) +
-                                         " in all) have not yet said whether they are for the store or the rendezvous");
-                          }
-                          if (from_peer == 0) self->per_peer_.erase(peer);
-                          socket.close(ec);
-                          return;
-                        }
-                        ++from_peer;
-                        std::uint64_t id = self->next_id_++;
-                        self->undecided_[id] = Undecided{std::make_shared<tcp::socket>(std::move(socket)), peer};
-                        self->read_more(id, std::make_shared<std::string>());
-                      });
+  auto bound = self->acceptor_.listen(host, port, "the store", "store",
+                                      [self](tcp::socket socket) { self->take(std::move(socket)); });
+  if (!bound.ok()) return bound.status();
   return shared;
+}
+
+// A new connection: held undecided until its first bytes say whose it is.
+void SharedPort::take(tcp::socket socket) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  std::string peer = ec ? std::string("?") : remote.address().to_string();
+  auto& from_peer = per_peer_[peer];
+  if (undecided_.size() >= kMaxUndecided || from_peer >= kMaxUndecidedPerPeer) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_refusal_logged_ >= std::chrono::seconds(5)) {
+      last_refusal_logged_ = now;
+      log::warning("port " + std::to_string(acceptor_.port()) + ": closing a connection from " + peer +
+                   ": " + std::to_string(from_peer) + " of its connections (" +
+                   std::to_string(undecided_.size()) +
+                   " in all) have not yet said whether they are for the store or the rendezvous");
+    }
+    if (from_peer == 0) per_peer_.erase(peer);
+    socket.close(ec);
+    return;
+  }
+  ++from_peer;
+  std::uint64_t id = next_id_++;
+  undecided_[id] = Undecided{std::make_shared<tcp::socket>(std::move(socket)), peer};
+  read_more(id, std::make_shared<std::string>());
 }
 
 void SharedPort::read_more(std::uint64_t id, std::shared_ptr<std::string> bytes) {
@@ -74,7 +73,7 @@ void SharedPort::read_more(std::uint64_t id, std::shared_ptr<std::string> bytes)
   auto socket = it->second.socket;
   auto buf = std::make_shared<std::array<char, 64>>();
   socket->async_read_some(
-      asio::buffer(*buf), [this, id, bytes, buf, socket, alive = alive_](const boost::system::error_code& ec,
+      asio::buffer(*buf), [this, id, bytes, buf, socket, alive = acceptor_.alive()](const boost::system::error_code& ec,
                                                                         std::size_t n) {
         if (!*alive) return;
         auto found = undecided_.find(id);
@@ -99,11 +98,9 @@ void SharedPort::forget(std::map<std::uint64_t, Undecided>::iterator it) {
 }
 
 void SharedPort::close() {
-  if (!*alive_) return;
-  *alive_ = false;
+  if (!acceptor_.open()) return;
+  acceptor_.close();
   boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  retry_timer_.cancel();
   for (auto& [id, u] : undecided_) u.socket->close(ignored);
   undecided_.clear();
   per_peer_.clear();

@@ -11,7 +11,6 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -21,6 +20,7 @@
 #include <string_view>
 
 #include "muster/common/status.hpp"
+#include "muster/net/asio_tcp.hpp"
 
 namespace muster::launcher {
 
@@ -47,18 +47,16 @@ class SharedPort {
   SharedPort(const SharedPort&) = delete;
   SharedPort& operator=(const SharedPort&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return acceptor_.port(); }
   std::size_t undecided() const { return undecided_.size(); }
   void close();
 
  private:
   SharedPort(boost::asio::io_context& io, Handoff to_store, Handoff to_rendezvous);
+  void take(boost::asio::ip::tcp::socket socket);
   void read_more(std::uint64_t id, std::shared_ptr<std::string> bytes);
 
-  boost::asio::ip::tcp::acceptor acceptor_;
-  boost::asio::steady_timer retry_timer_;
-  std::shared_ptr<bool> alive_;
-  int port_ = 0;
+  net::Acceptor acceptor_;
   Handoff to_store_;
   Handoff to_rendezvous_;
   std::uint64_t next_id_ = 1;

@@ -66,11 +66,11 @@ Text& Text::sample(const std::vector<std::pair<std::string, std::string>>& label
 }
 
 struct HttpServer::State : std::enable_shared_from_this<State> {
-  State(asio::io_context& io, Render r) : acceptor(io), retry(io), render(std::move(r)) {}
-  tcp::acceptor acceptor;
-  asio::steady_timer retry;
+  State(asio::io_context& io, Render r) : io(io), acceptor(io), render(std::move(r)) {}
+  asio::io_context& io;
+  net::Acceptor acceptor;
+  const std::shared_ptr<bool> alive = acceptor.alive();
   Render render;
-  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   std::set<std::shared_ptr<beast::tcp_stream>> open;
   // Connections by peer: an IPv4 address, or an IPv6 /64 (what one host is
   // handed), with v4-mapped addresses counted as the IPv4 address they are.
@@ -109,7 +109,7 @@ struct HttpServer::State : std::enable_shared_from_this<State> {
     ++per_peer[peer];
     auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
     open.insert(stream);
-    asio::co_spawn(acceptor.get_executor(), session(shared_from_this(), stream, peer), asio::detached);
+    asio::co_spawn(io, session(shared_from_this(), stream, peer), asio::detached);
   }
 
   void forget(const std::shared_ptr<beast::tcp_stream>& stream, const asio::ip::address& peer) {
@@ -182,15 +182,13 @@ HttpServer::~HttpServer() { close(); }
 Result<std::unique_ptr<HttpServer>> HttpServer::listen(asio::io_context& io, const std::string& host, int port,
                                                        Render render) {
   std::unique_ptr<HttpServer> server(new HttpServer(io, std::move(render)));
-  auto bound = net::open_listener(server->state_->acceptor, host, port, "the metrics endpoint");
+  std::weak_ptr<State> weak = server->state_;
+  auto bound = server->state_->acceptor.listen(host, port, "the metrics endpoint", "metrics", [weak](tcp::socket socket) {
+    if (auto s = weak.lock()) s->serve(std::move(socket));
+  });
   if (!bound.ok()) return bound.status();
   server->port_ = bound.value();
   server->host_ = host;
-  std::weak_ptr<State> weak = server->state_;
-  net::accept_forever(server->state_->acceptor, server->state_->retry, server->state_->alive, "metrics",
-                      [weak](tcp::socket socket) {
-                        if (auto s = weak.lock()) s->serve(std::move(socket));
-                      });
   return server;
 }
 
@@ -211,11 +209,8 @@ std::string HttpServer::endpoint() const {
 }
 
 void HttpServer::close() {
-  if (!state_ || !*state_->alive) return;
-  *state_->alive = false;
-  boost::system::error_code ignored;
-  state_->acceptor.close(ignored);
-  state_->retry.cancel();
+  if (!state_ || !state_->acceptor.open()) return;
+  state_->acceptor.close();
   for (const auto& s : state_->open) s->close();
   state_->open.clear();
   state_->per_peer.clear();

@@ -30,7 +30,7 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(RendezvousServer& server, MemberId id, tcp::socket socket)
       : server_(server), id_(id), socket_(std::move(socket)), join_timer_(socket_.get_executor()),
-        alive_(server.alive_) {
+        alive_(server.sessions_.alive()) {
     boost::system::error_code ec;
     auto ep = socket_.remote_endpoint(ec);
     peer_address_ = ec ? "?" : ep.address().to_string();
@@ -158,7 +158,9 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
 };
 
 RendezvousServer::RendezvousServer(asio::io_context& io, ServerLimits limits)
-    : io_(io), limits_(limits), acceptor_(io), retry_timer_(io), alive_(std::make_shared<bool>(true)) {}
+    : io_(io), limits_(limits), sessions_(io, [this](tcp::socket socket, std::string already_read) {
+        add_session(std::move(socket), std::move(already_read));
+      }) {}
 
 RendezvousServer::~RendezvousServer() { close(); }
 
@@ -167,27 +169,19 @@ std::unique_ptr<RendezvousServer> RendezvousServer::create(asio::io_context& io,
 }
 
 void RendezvousServer::adopt(tcp::socket socket, std::string already_read) {
-  if (!*alive_) return;
-  add_session(std::move(socket), std::move(already_read));
+  sessions_.adopt(std::move(socket), std::move(already_read));
 }
 
 Result<std::unique_ptr<RendezvousServer>> RendezvousServer::listen(asio::io_context& io, const std::string& host,
                                                                    int port, ServerLimits limits) {
   std::unique_ptr<RendezvousServer> server(new RendezvousServer(io, limits));
-  auto bound = net::open_listener(server->acceptor_, host, port, "the rendezvous");
+  auto bound = server->sessions_.listen(host, port, "the rendezvous", "rendezvous");
   if (!bound.ok()) return bound.status();
-  server->port_ = bound.value();
-  server->accept();
   return server;
 }
 
-void RendezvousServer::accept() {
-  net::accept_forever(acceptor_, retry_timer_, alive_, "rendezvous",
-                      [this](tcp::socket socket) { add_session(std::move(socket), {}); });
-}
-
 void RendezvousServer::add_session(tcp::socket socket, std::string already_read) {
-  MemberId id = next_member_++;
+  MemberId id = sessions_.next_id();
   auto session = std::make_shared<Session>(*this, id, std::move(socket));
   auto& count = per_peer_[session->peer_address()];
   if (count >= limits_.max_connections_per_peer) {
@@ -205,7 +199,7 @@ void RendezvousServer::add_session(tcp::socket socket, std::string already_read)
   ++count;
   session->key_ = key_;
   session->previous_key_ = previous_key_;
-  sessions_[id] = session;
+  sessions_.add(id, session);
   session->start(std::move(already_read));
 }
 
@@ -542,14 +536,14 @@ void RendezvousServer::deliver(Job& job, const std::vector<Output>& outputs) {
       continue;
     }
     MemberId member = std::visit([](const auto& x) { return x.member; }, o);
-    auto it = sessions_.find(member);
-    if (it == sessions_.end()) continue;
-    it->second->send(to_json(o));
+    Session* session = sessions_.find(member);
+    if (!session) continue;
+    session->send(to_json(o));
     if (std::holds_alternative<out::Reject>(o) || std::holds_alternative<out::Finished>(o) ||
         std::holds_alternative<out::Fenced>(o)) {
       // The member is no longer part of the job; it may join another round of
       // a new job on the same connection.
-      if (it->second->job.get() == &job) it->second->job.reset();
+      if (session->job.get() == &job) session->job.reset();
     }
   }
 }
@@ -642,7 +636,7 @@ void RendezvousServer::arm(Job& job, TimePoint at) {
   job.armed_at = at;
   job.timer.expires_at(at);
   std::weak_ptr<Job> weak = job.shared_from_this();
-  auto alive = alive_;
+  auto alive = sessions_.alive();
   job.timer.async_wait([this, weak, alive](const boost::system::error_code& ec) {
     if (ec || !*alive) return;
     auto j = weak.lock();
@@ -682,13 +676,8 @@ void RendezvousServer::gone(Session& s) {
 }
 
 void RendezvousServer::close() {
-  if (!*alive_) return;
-  *alive_ = false;
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  retry_timer_.cancel();
-  for (auto& [id, s] : sessions_) s->close();
-  sessions_.clear();
+  if (!sessions_.open()) return;
+  sessions_.close();
   per_peer_.clear();
   for (auto& [id, j] : jobs_) j->timer.cancel();
   jobs_.clear();

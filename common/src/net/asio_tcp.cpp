@@ -66,6 +66,23 @@ void accept_forever(tcp::acceptor& acceptor, asio::steady_timer& retry, std::sha
   });
 }
 
+Result<int> Acceptor::listen(const std::string& host, int port, const std::string& what, const std::string& who,
+                            std::function<void(tcp::socket)> on_socket) {
+  auto bound = open_listener(acceptor_, host, port, what);
+  if (!bound.ok()) return bound.status();
+  port_ = bound.value();
+  accept_forever(acceptor_, retry_, alive_, who, std::move(on_socket));
+  return port_;
+}
+
+void Acceptor::close() {
+  if (!*alive_) return;
+  *alive_ = false;
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  retry_.cancel();
+}
+
 namespace {
 // One read takes at most this much; the rest stays in the kernel for the next.
 constexpr std::size_t kReadChunk = 64 * 1024;

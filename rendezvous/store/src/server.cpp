@@ -31,7 +31,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(StoreServer& server, ConnId id, tcp::socket socket, std::string already_read)
       : server_(server), id_(id), socket_(std::move(socket)), resume_(socket_.get_executor()),
-        alive_(server.alive_), in_(std::move(already_read)) {}
+        alive_(server.sessions_.alive()), in_(std::move(already_read)) {}
 
   void start() {
     asio::co_spawn(socket_.get_executor(), read_loop(shared_from_this()), asio::detached);
@@ -192,16 +192,16 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
 };
 
 StoreServer::StoreServer(asio::io_context& io)
-    : acceptor_(io), retry_timer_(io), alive_(std::make_shared<bool>(true)) {}
+    : sessions_(io, [this](tcp::socket socket, std::string already_read) {
+        add_session(std::move(socket), std::move(already_read));
+      }) {}
 
 StoreServer::~StoreServer() { close(); }
 
 Result<std::unique_ptr<StoreServer>> StoreServer::listen(asio::io_context& io, const std::string& host, int port) {
   std::unique_ptr<StoreServer> server(new StoreServer(io));
-  auto bound = net::open_listener(server->acceptor_, host, port, "the store");
+  auto bound = server->sessions_.listen(host, port, "the store", "store");
   if (!bound.ok()) return bound.status();
-  server->port_ = bound.value();
-  server->accept();
   return server;
 }
 
@@ -210,27 +210,20 @@ std::unique_ptr<StoreServer> StoreServer::create(asio::io_context& io) {
 }
 
 void StoreServer::adopt(tcp::socket socket, std::string already_read) {
-  if (!*alive_) return;
-  add_session(std::move(socket), std::move(already_read));
-}
-
-void StoreServer::accept() {
-  net::accept_forever(acceptor_, retry_timer_, alive_, "store",
-                      [this](tcp::socket socket) { add_session(std::move(socket), {}); });
+  sessions_.adopt(std::move(socket), std::move(already_read));
 }
 
 void StoreServer::add_session(tcp::socket socket, std::string already_read) {
-  ConnId id = next_id_++;
+  ConnId id = sessions_.next_id();
   auto session = std::make_shared<Session>(*this, id, std::move(socket), std::move(already_read));
-  sessions_[id] = session;
+  sessions_.add(id, session);
   session->start();
 }
 
 void StoreServer::dispatch(std::vector<Reply>& replies, ConnId from) {
   for (auto& r : replies) {
-    auto it = sessions_.find(r.conn);
-    if (it == sessions_.end()) continue;
-    auto& session = it->second;
+    Session* session = sessions_.find(r.conn);
+    if (!session) continue;
     if (r.conn != from && session->queued() > kMaxQueuedForOthers) {
       log::warning("store: closing a connection that has not read " + std::to_string(session->queued()) +
                    " bytes of notifications");
@@ -249,21 +242,14 @@ void StoreServer::forget(ConnId id) {
 }
 
 void StoreServer::reset() {
-  auto sessions = std::move(sessions_);
-  sessions_.clear();
-  for (auto& [id, s] : sessions) s->close();
+  sessions_.close_sessions();
   state_.clear();
 }
 
 void StoreServer::close() {
-  if (!*alive_) return;
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
-  retry_timer_.cancel();
-  for (auto& [id, s] : sessions_) s->close();
-  sessions_.clear();
+  if (!sessions_.open()) return;
+  sessions_.close();
   state_.clear();
-  *alive_ = false;
 }
 
 }  // namespace muster::store

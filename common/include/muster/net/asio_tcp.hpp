@@ -2,6 +2,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <array>
@@ -26,6 +27,36 @@ Result<int> open_listener(tcp::acceptor& acceptor, const std::string& host, int 
 // it waits 100 ms rather than spin.
 void accept_forever(tcp::acceptor& acceptor, boost::asio::steady_timer& retry, std::shared_ptr<bool> alive,
                     const std::string& who, std::function<void(tcp::socket)> on_socket);
+
+// One listening socket and its accept loop, for every Asio server of muster: binds
+// (open_listener), accepts until close() (accept_forever), and says through
+// alive() whether the server is still open, which handlers that wake after
+// the server has gone check before they touch it. A server that serves only
+// connections handed to it (adopt) never calls listen() and is open until
+// close().
+class Acceptor {
+ public:
+  explicit Acceptor(boost::asio::io_context& io) : acceptor_(io), retry_(io) {}
+  ~Acceptor() { close(); }
+  Acceptor(const Acceptor&) = delete;
+  Acceptor& operator=(const Acceptor&) = delete;
+
+  // Binds host:port (`what` names the server in errors) and hands each
+  // connection to on_socket until close(); `who` names it in the log.
+  Result<int> listen(const std::string& host, int port, const std::string& what, const std::string& who,
+                     std::function<void(tcp::socket)> on_socket);
+  // Stops accepting; alive() turns false. Idempotent.
+  void close();
+  bool open() const { return *alive_; }
+  const std::shared_ptr<bool>& alive() const { return alive_; }
+  int port() const { return port_; }
+
+ private:
+  tcp::acceptor acceptor_;
+  boost::asio::steady_timer retry_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  int port_ = 0;
+};
 
 // Reads a connection's input with few system calls and little memory per
 // connection. Each read waits on a small buffer of the reader's own (Asio's

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "muster/common/status.hpp"
+#include "muster/net/session_server.hpp"
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/core.hpp"
 
@@ -72,7 +73,7 @@ class RendezvousServer {
   }
   bool requires_auth() const { return key_ != nullptr; }
 
-  int port() const { return port_; }
+  int port() const { return sessions_.port(); }
   std::size_t jobs() const { return jobs_.size(); }
   std::size_t tombstones() const { return tombstones_.size(); }
   std::size_t connections() const { return sessions_.size(); }
@@ -99,7 +100,6 @@ class RendezvousServer {
   };
   static constexpr std::size_t kTombstoneMessage = 256;
   RendezvousServer(boost::asio::io_context& io, ServerLimits limits);
-  void accept();
   void add_session(boost::asio::ip::tcp::socket socket, std::string already_read);
   void handle(Session& s, const std::string& payload);
   void handshake(Session& s, const std::string& payload);
@@ -118,19 +118,15 @@ class RendezvousServer {
   ServerLimits limits_;
   std::shared_ptr<const auth::Key> key_;
   std::shared_ptr<const auth::Key> previous_key_;
-  boost::asio::ip::tcp::acceptor acceptor_;
-  boost::asio::steady_timer retry_timer_;
-  int port_ = 0;
-  MemberId next_member_ = 1;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
   // Node-based, so the expiry queue can point into it: each id is held once.
   std::map<std::string, Tombstone> tombstones_;
   std::deque<std::map<std::string, Tombstone>::iterator> tombstone_order_;  // oldest first
-  std::map<MemberId, std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, std::size_t> per_peer_;
   Counters retired_;  // the counters of jobs no longer held
   std::map<std::string, uint64_t> rejected_;
-  std::shared_ptr<bool> alive_;
+  // Last: destroyed first, so no session outlives what it serves.
+  net::SessionServer<Session> sessions_;
 };
 
 }  // namespace muster::rendezvous

@@ -5,13 +5,12 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
 #include "muster/common/status.hpp"
+#include "muster/net/session_server.hpp"
 #include "muster/store/state.hpp"
 
 namespace muster::store {
@@ -25,7 +24,7 @@ class StoreServer {
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
 
-  int port() const { return port_; }
+  int port() const { return sessions_.port(); }
   // A server with no port of its own: connections come to it through adopt()
   // (the static backend's node rank 0, whose --master-port the launcher shares
   // between this store and the rendezvous).
@@ -48,18 +47,12 @@ class StoreServer {
  private:
   class Session;
   explicit StoreServer(boost::asio::io_context& io);
-  void accept();
   void add_session(boost::asio::ip::tcp::socket socket, std::string already_read);
   void dispatch(std::vector<Reply>& replies, ConnId from);
   void forget(ConnId id);
 
-  boost::asio::ip::tcp::acceptor acceptor_;
-  boost::asio::steady_timer retry_timer_;
-  int port_ = 0;
   StoreState state_;
-  ConnId next_id_ = 1;
-  std::unordered_map<ConnId, std::shared_ptr<Session>> sessions_;
-  std::shared_ptr<bool> alive_;
+  net::SessionServer<Session> sessions_;
   RequestObserver observer_;
   std::function<void(ConnId)> close_observer_;
 };
