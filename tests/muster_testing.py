@@ -119,11 +119,19 @@ def slurm_port(job, step):
     return 20000 + (job % 12768 * 16 + step % 16) % 12768
 
 
-def free_port():
-    """A port free now, for a server the test starts next. It is chosen outside the kernel's
-    ephemeral range (net.ipv4.ip_local_port_range), so no connection's automatic source port
-    can take it between this check and the server's bind; only another explicit choice could,
-    and the choice is random. 10000-19999 unless that range overlaps the ephemeral one."""
+# The sockets that hold the ports free_port() handed out, for the life of the test process.
+_held_ports = []
+
+
+def free_port(hold=True):
+    """A port for a server the test starts next, held until that server takes it: this process
+    keeps the port bound (not listening) with SO_REUSEADDR, so no other bind can take it in the
+    meantime, while the server, binding with SO_REUSEADDR as muster, musterd, libmuster and
+    torch's TCPStore all do, still can (Linux lets SO_REUSEADDR sockets share a port while none
+    of them listens). No port is handed out twice, and none comes from the kernel's ephemeral
+    range (net.ipv4.ip_local_port_range), where a connection's automatic source port could
+    land on it: 10000-19999 unless that range overlaps the ephemeral one. hold=False, for a
+    server not known to bind with SO_REUSEADDR, releases the port at once."""
     import random
     import socket
     low, high = 10000, 20000
@@ -135,16 +143,20 @@ def free_port():
     except (OSError, ValueError):
         pass
     for _ in range(200):
-        port = random.randrange(low, high)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", random.randrange(low, high)))
+        except OSError:  # taken (or held by an earlier call): another
+            s.close()
+            continue
+        port = s.getsockname()[1]
+        if hold:
+            _held_ports.append(s)
+        else:
+            s.close()
         return port
-    with socket.socket() as s:  # the range is crowded: any free port
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    raise RuntimeError(f"no free port among 200 tries in {low}-{high - 1}")
 
 
 MUSTERD = os.environ.get("MUSTERD_BIN", "")

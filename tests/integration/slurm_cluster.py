@@ -16,6 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from muster_testing import free_port
+
 SUBNET = "198.51.100"  # TEST-NET-2: documentation addresses, only ever on the test's bridge and namespaces
 CONTROLLER_ADDR = f"{SUBNET}.254"
 NODES = ("sn1", "sn2")
@@ -49,12 +51,6 @@ def _ip(*args):
     r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
     if r.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:
@@ -115,7 +111,8 @@ class Cluster:
 
     def _config(self):
         w = self.work
-        self.ctl_port = _free_port()
+        # Outside the ephemeral range, and not held: slurmctld is not known to bind with SO_REUSEADDR.
+        self.ctl_port = free_port(hold=False)
         lines = [
             "ClusterName=mustertest",
             f"SlurmctldHost={socket.gethostname()}({CONTROLLER_ADDR})",
