@@ -119,19 +119,26 @@ def slurm_port(job, step):
     return 20000 + (job % 12768 * 16 + step % 16) % 12768
 
 
-# The sockets that hold the ports free_port() handed out, for the life of the test process.
+# The sockets that hold the ports free_port() handed out, for the life of the test process,
+# and every port it handed out.
 _held_ports = []
+_handed_out = set()
 
 
 def free_port(hold=True):
-    """A port for a server the test starts next, held until that server takes it: this process
-    keeps the port bound (not listening) with SO_REUSEADDR, so no other bind can take it in the
-    meantime, while the server, binding with SO_REUSEADDR as muster, musterd, libmuster and
-    torch's TCPStore all do, still can (Linux lets SO_REUSEADDR sockets share a port while none
-    of them listens). No port is handed out twice, and none comes from the kernel's ephemeral
-    range (net.ipv4.ip_local_port_range), where a connection's automatic source port could
-    land on it: 10000-19999 unless that range overlaps the ephemeral one. hold=False, for a
-    server not known to bind with SO_REUSEADDR, releases the port at once."""
+    """A port for a server the test starts next, held until that server takes it.
+
+    The port is checked with a plain bind, which fails while anyone else holds it. Then
+    SO_REUSEADDR is set on the bound socket (not listening), and this process keeps it for
+    the rest of its life. So no other plain bind, and no other free_port() of any test
+    process, can take the port meanwhile. The server can still take it, because it binds with
+    SO_REUSEADDR, as muster, musterd, libmuster and torch's TCPStore all do: Linux lets
+    SO_REUSEADDR sockets share a port while none of them listens.
+
+    A port is never handed out twice. None comes from the kernel's ephemeral range
+    (net.ipv4.ip_local_port_range), where a connection's automatic source port could land on
+    it: the ports come from 10000-19999 unless that range overlaps the ephemeral one.
+    hold=False, for a server not known to bind with SO_REUSEADDR, releases the port at once."""
     import random
     import socket
     low, high = 10000, 20000
@@ -143,15 +150,18 @@ def free_port(hold=True):
     except (OSError, ValueError):
         pass
     for _ in range(200):
+        port = random.randrange(low, high)
+        if port in _handed_out:
+            continue
         s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("", random.randrange(low, high)))
-        except OSError:  # taken (or held by an earlier call): another
+            s.bind(("", port))
+        except OSError:  # someone holds it: another
             s.close()
             continue
-        port = s.getsockname()[1]
+        _handed_out.add(port)
         if hold:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             _held_ports.append(s)
         else:
             s.close()

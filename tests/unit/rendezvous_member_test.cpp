@@ -124,13 +124,10 @@ struct Node {
 
 ExitStatus exits(int code) { return {false, code}; }
 
-// A rendezvous that takes connections and reads joins, and answers only the
-// first join of the first connection, with an assignment; heartbeats go
-// unacknowledged. Records each connection's first message.
-struct SilentServer {
-  explicit SilentServer(boost::asio::io_context& io) : acceptor(io, tcp::endpoint(tcp::v4(), 0)) { accept(); }
-  int port() const { return acceptor.local_endpoint().port(); }
-
+// A rendezvous whose answers the test scripts: on_message(connection, message)
+// for every message of every connection (numbered from 0 in accept order);
+// heartbeats are never acknowledged. Records each connection's first message.
+struct FakeServer {
   struct Conn {
     explicit Conn(tcp::socket s) : socket(std::move(s)) {}
     tcp::socket socket;
@@ -139,17 +136,33 @@ struct SilentServer {
     std::optional<json> first;
   };
 
+  explicit FakeServer(boost::asio::io_context& io) : acceptor(io, tcp::endpoint(tcp::v4(), 0)) { accept(); }
+  int port() const { return acceptor.local_endpoint().port(); }
+
+  void send(std::size_t conn, const rendezvous::Output& o) {
+    auto bytes = std::make_shared<std::string>(rendezvous::encode_frame(rendezvous::to_json(o)));
+    boost::asio::async_write(conns[conn]->socket, boost::asio::buffer(*bytes),
+                             [bytes](const boost::system::error_code&, std::size_t) {});
+  }
+  void drop(std::size_t conn) {
+    boost::system::error_code ignored;
+    conns[conn]->socket.shutdown(tcp::socket::shutdown_both, ignored);
+    conns[conn]->socket.close(ignored);
+  }
+
   void accept() {
     acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket s) {
       if (ec) return;
       conns.push_back(std::make_shared<Conn>(std::move(s)));
-      read(conns.back());
+      read(conns.size() - 1);
       accept();
     });
   }
 
-  void read(std::shared_ptr<Conn> c) {
-    c->socket.async_read_some(boost::asio::buffer(c->buf), [this, c](const boost::system::error_code& ec, std::size_t n) {
+  void read(std::size_t index) {
+    auto c = conns[index];
+    c->socket.async_read_some(boost::asio::buffer(c->buf), [this, c, index](const boost::system::error_code& ec,
+                                                                            std::size_t n) {
       if (ec) return;
       c->reader.feed(std::string_view(c->buf, n));
       for (;;) {
@@ -159,29 +172,28 @@ struct SilentServer {
         if (!m.ok()) break;
         if (!c->first) {
           c->first = m.value();
-          if (on_first) on_first(*c->first);
-          if (!answered && m.value()["type"] == "join") {
-            answered = true;
-            rendezvous::out::Assign a;
-            a.group_world_size = 1;
-            a.ranks.global_world_size = 1;
-            a.ranks.role_world_size = 1;
-            a.master_addr = "127.0.0.1";
-            a.master_port = 4242;
-            auto bytes = std::make_shared<std::string>(rendezvous::encode_frame(rendezvous::to_json(rendezvous::Output{a})));
-            boost::asio::async_write(c->socket, boost::asio::buffer(*bytes),
-                                     [bytes](const boost::system::error_code&, std::size_t) {});
-          }
+          firsts.push_back(m.value());
         }
+        if (on_message) on_message(index, m.value());
       }
-      read(c);
+      read(index);
     });
+  }
+
+  static rendezvous::out::Assign assignment() {
+    rendezvous::out::Assign a;
+    a.group_world_size = 1;
+    a.ranks.global_world_size = 1;
+    a.ranks.role_world_size = 1;
+    a.master_addr = "127.0.0.1";
+    a.master_port = 4242;
+    return a;
   }
 
   tcp::acceptor acceptor;
   std::vector<std::shared_ptr<Conn>> conns;
-  bool answered = false;
-  std::function<void(const json&)> on_first;
+  std::vector<json> firsts;
+  std::function<void(std::size_t conn, const json& message)> on_message;
 };
 
 }  // namespace
@@ -275,11 +287,11 @@ TEST_CASE("member: a job that fails past its restarts finishes with 1 and names 
 TEST_CASE("member: a lease that lapses while the workers run fences them, and the node joins again as a newcomer",
           "[member]") {
   boost::asio::io_context io;
-  SilentServer fake(io);
-  std::vector<json> firsts;
-  fake.on_first = [&](const json& m) {
-    firsts.push_back(m);
-    if (firsts.size() == 2) io.stop();
+  FakeServer fake(io);
+  // Assigns on the first join, then says nothing more.
+  fake.on_message = [&](std::size_t conn, const json& m) {
+    if (conn == 0 && m["type"] == "join") fake.send(0, FakeServer::assignment());
+    if (fake.firsts.size() == 2) io.stop();
   };
   // Dead after 2 x 100 ms without an acknowledged heartbeat.
   Node n(io, fake.port(), "10.0.0.1", settings(1, 0, std::chrono::milliseconds(100), 2, std::chrono::seconds(30)),
@@ -290,18 +302,62 @@ TEST_CASE("member: a lease that lapses while the workers run fences them, and th
   CHECK(n.fenced == 1);
   CHECK(n.signalled == 1);
   CHECK_FALSE(n.member->assigned());
-  REQUIRE(firsts.size() == 2);
+  REQUIRE(fake.firsts.size() == 2);
   // The second connection joins afresh: no resume of the place it lost.
-  CHECK(firsts[1]["type"] == "join");
-  CHECK(firsts[1].dump().find("resume") == std::string::npos);
+  auto rejoin = rendezvous::join_from_json(fake.firsts[1]);
+  REQUIRE(rejoin.ok());
+  CHECK_FALSE(rejoin->request.resume);
   CHECK_FALSE(n.finished);
+}
+
+TEST_CASE("member: a broken connection keeps the workers; the node resumes its place, saying how they ended",
+          "[member]") {
+  boost::asio::io_context io;
+  FakeServer fake(io);
+  fake.on_message = [&](std::size_t conn, const json& m) {
+    if (conn == 0 && m["type"] == "join") {
+      rendezvous::out::Assign a = FakeServer::assignment();
+      a.round = 3;
+      fake.send(0, a);
+    }
+    // The first connection breaks as the node reports its workers' success.
+    if (conn == 0 && m["type"] == "workers_succeeded") fake.drop(0);
+    if (conn == 1 && m["type"] == "join") {
+      fake.send(1, rendezvous::out::Resumed{0, 3});
+      rendezvous::out::Finished f;
+      f.success = true;
+      fake.send(1, f);
+    }
+  };
+  Node n(io, fake.port(), "10.0.0.1", settings(1, 0, std::chrono::seconds(1), 3, std::chrono::seconds(30)),
+         [](int) { return std::optional<ExitStatus>(exits(0)); });
+  n.on_finished = [&] { io.stop(); };
+  n.member->start();
+  io.run_for(kBound);
+  REQUIRE(fake.firsts.size() == 2);
+  auto first = rendezvous::join_from_json(fake.firsts[0]);
+  auto again = rendezvous::join_from_json(fake.firsts[1]);
+  REQUIRE(first.ok());
+  REQUIRE(again.ok());
+  CHECK_FALSE(first->request.resume);
+  CHECK(first->request.store_port == 4242);  // from round_store
+  REQUIRE(again->request.resume);
+  CHECK(again->request.resume->round == 3);
+  CHECK(again->request.resume->master_port == 4242);
+  CHECK(again->request.resume->outcome == rendezvous::Resume::Outcome::succeeded);
+  CHECK(again->request.store_port == 4242);
+  CHECK(again->request.node_name == first->request.node_name);
+  // Resumed, not re-formed: one assignment, nothing stopped, and the job's end is this node's.
+  CHECK(n.assigned.size() == 1);
+  CHECK(n.signalled == 0);
+  CHECK(n.fenced == 0);
+  CHECK(n.finished == 0);
 }
 
 TEST_CASE("member: a rendezvous that takes the join and never answers is given up after reconnect_timeout",
           "[member]") {
   boost::asio::io_context io;
-  SilentServer fake(io);
-  fake.answered = true;  // not even the join
+  FakeServer fake(io);  // answers nothing, not even the join
   Node n(io, fake.port(), "10.0.0.1", settings(1, 0, std::chrono::milliseconds(100), 2, std::chrono::seconds(1)),
          [](int) { return std::optional<ExitStatus>(); });
   n.on_finished = [&] { io.stop(); };
@@ -319,8 +375,9 @@ TEST_CASE("member: a rendezvous gone for good past reconnect_timeout ends the jo
   boost::asio::io_context io;
   auto server = rendezvous::RendezvousServer::listen(io, "127.0.0.1", 0);
   REQUIRE(server.ok());
-  // Dead after 2 x 200 ms without an acknowledged heartbeat; reconnecting for 1 s.
-  Node n(io, server.value()->port(), "10.0.0.1", settings(1, 0, std::chrono::milliseconds(200), 2, std::chrono::seconds(1)),
+  // Dead after 2 x 200 ms without an acknowledged heartbeat; reconnecting for 3 s
+  // (the client gives up at its last backoff step that ends before then, ~1.5 s).
+  Node n(io, server.value()->port(), "10.0.0.1", settings(1, 0, std::chrono::milliseconds(200), 2, std::chrono::seconds(3)),
          [](int) { return std::optional<ExitStatus>(); });
   n.on_finished = [&] { io.stop(); };
   n.member->start();
@@ -340,7 +397,7 @@ TEST_CASE("member: a rendezvous gone for good past reconnect_timeout ends the jo
   REQUIRE(n.assigned.size() == 1);
   REQUIRE(n.failed);
   CHECK_THAT(n.failed->message(), Catch::Contains("lost the rendezvous at 127.0.0.1:"));
-  CHECK_THAT(n.failed->message(), Catch::Contains("could not reconnect within"));
+  CHECK_THAT(n.failed->message(), Catch::Contains("could not reconnect within 3 s"));
   // The lease lapsed first (the window is shorter than the reconnect
   // window): the workers were stopped, and the join that followed never went out.
   CHECK(n.fenced == 1);

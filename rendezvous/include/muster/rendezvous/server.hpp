@@ -125,7 +125,8 @@ class RendezvousServer {
   std::unordered_map<std::string, std::size_t> per_peer_;
   Counters retired_;  // the counters of jobs no longer held
   std::map<std::string, uint64_t> rejected_;
-  // Last: destroyed first, so no session outlives what it serves.
+  // The sessions, which hold its alive flag: a session woken after close()
+  // (its coroutine may outlive the server) sees it false and leaves the server alone.
   net::SessionServer<Session> sessions_;
 };
 
