@@ -345,7 +345,7 @@ void Agent::emit_final_events(int exit_code) {
   start_events_pending_ = false;  // a worker whose pid never came: no START for it
   event_group_.total_run_time =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - run_started_).count();
-  if (core_.stop_reason() == StopReason::signal && core_.received_signal()) {
+  if (core_.stopped_by_signal() && core_.received_signal()) {
     emit_event("FAILED", "AGENT", nullptr,
                "SignalException: Process " + std::to_string(getpid()) + " got signal: " +
                    std::to_string(*core_.received_signal()),
@@ -527,7 +527,7 @@ void Agent::finish(int exit_code) {
   bool root_is_local = false;
   for (const auto& f : core_.failures()) root_is_local = root_is_local || !f.stopped_by_agent;
   if (exit_code != 0) {
-    if (core_.stop_reason() == StopReason::signal && core_.received_signal()) {
+    if (core_.stopped_by_signal() && core_.received_signal()) {
       std::string msg = "SignalException: Process " + std::to_string(getpid()) +
                         " got signal: " + std::to_string(*core_.received_signal()) + "\n";
       say(msg);

@@ -108,6 +108,9 @@ class AgentCore {
 
   Phase phase() const { return phase_; }
   StopReason stop_reason() const { return reason_; }
+  // A signal to the agent stopped (or is stopping) the workers: the agent is
+  // on its way out, and nothing else is started or reported.
+  bool stopped_by_signal() const { return reason_ == StopReason::signal; }
   int restart_count() const { return restart_count_; }
   int remaining_restarts() const { return max_restarts_ - restart_count_; }
   std::optional<int> received_signal() const { return signal_; }

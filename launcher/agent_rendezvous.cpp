@@ -133,7 +133,7 @@ int Agent::run_coordinated() {
   return exit_code_;
 }
 
-bool Agent::shutting_down() const { return finished_ || core_.stop_reason() == StopReason::signal; }
+bool Agent::shutting_down() const { return finished_ || core_.stopped_by_signal(); }
 
 void Agent::on_assigned(const rendezvous::out::Assign& a) {
   group_.role = cfg_.role;

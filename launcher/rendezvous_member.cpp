@@ -114,8 +114,7 @@ Result<MemberSettings> member_settings(const LaunchConfig& cfg) {
 RendezvousMember::RendezvousMember(boost::asio::io_context& io, std::string host, int port, MemberSettings settings,
                                    MemberIdentity identity, std::optional<rendezvous::auth::Key> key,
                                    const AgentCore& core, Events events)
-    : io_(io),
-      settings_(std::move(settings)),
+    : settings_(std::move(settings)),
       id_(std::move(identity)),
       name_(id_.address + "_" + instance_id()),
       core_(core),
@@ -125,7 +124,7 @@ RendezvousMember::RendezvousMember(boost::asio::io_context& io, std::string host
       lease_timer_(io),
       retry_timer_(io) {
   rdzv_ = std::make_shared<rendezvous::RendezvousClient>(
-      io_, std::move(host), port, [this](const json& m) { on_message(m); }, [this](const Status& st) { on_error(st); },
+      io, std::move(host), port, [this](const json& m) { on_message(m); }, [this](const Status& st) { on_error(st); },
       [this](const Status& st) { on_lost(st); });
   // Heartbeats nobody acknowledges (the link is cut, the server's host
   // vanished) make the kernel fail the connection after twice the window.
@@ -144,7 +143,7 @@ void RendezvousMember::start() {
   heartbeat_loop();
 }
 
-bool RendezvousMember::shutting_down() const { return left_ || core_.stop_reason() == StopReason::signal; }
+bool RendezvousMember::shutting_down() const { return left_ || core_.stopped_by_signal(); }
 
 bool RendezvousMember::within_stale_connection_window() {
   auto now = std::chrono::steady_clock::now();

@@ -132,7 +132,6 @@ class RendezvousMember {
   bool shutting_down() const;
   bool within_stale_connection_window();
 
-  boost::asio::io_context& io_;
   MemberSettings settings_;
   MemberIdentity id_;
   std::string name_;  // "<address>_<random instance id>"

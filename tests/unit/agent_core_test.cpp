@@ -71,6 +71,7 @@ TEST_CASE("a single worker failing with no restarts finishes at once", "[core]")
   CHECK_FALSE(has<action::SignalWorkers>(a));
   CHECK(finish_code(a) == 1);
   CHECK(core.stop_reason() == StopReason::failure);
+  CHECK_FALSE(core.stopped_by_signal());
 }
 
 TEST_CASE("the grace timer kills what is left", "[core]") {
@@ -119,6 +120,7 @@ TEST_CASE("a signal during a failure stop turns it into a shutdown", "[core]") {
   auto end = core.on_worker_exit(1, sig(SIGTERM));
   CHECK(finish_code(end) == 1);
   CHECK(core.stop_reason() == StopReason::signal);
+  CHECK(core.stopped_by_signal());
 }
 
 TEST_CASE("a signal before the workers start ends the run", "[core]") {
