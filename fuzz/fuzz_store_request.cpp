@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       }
       std::string error;
       ConnId conn = 1 + static_cast<ConnId>(handled % 3);
-      if (!state.handle(conn, dialect, req, out, error)) state.disconnect(conn);
+      if (!state.handle(conn, req, out, error)) state.disconnect(conn);
       out.clear();
       ++handled;
     }

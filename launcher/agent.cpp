@@ -21,6 +21,7 @@
 #include "macros.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
+#include "muster/net/unique_fd.hpp"
 #include "muster/rendezvous/protocol.hpp"
 #include "muster/rendezvous/rank_assignment.hpp"
 #include "signals.hpp"
@@ -208,19 +209,13 @@ void Agent::on_timer_expired(const ExpiredWorker& w) {
   // worker's session (the worker is its session's leader): a request naming
   // any other process is ignored. The process is held by a pidfd from the
   // check to the signal, so a pid reused in between is never signalled.
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
+  net::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0)));
   int local_rank = -1;
-  pid_t sid = pidfd >= 0 ? getsid(w.pid) : -1;
+  pid_t sid = pidfd ? getsid(w.pid) : -1;
   for (int lr : supervisor_.running()) {
     pid_t worker = supervisor_.reported_pid(lr);
     if (worker > 0 && (w.pid == worker || sid == worker)) local_rank = lr;
   }
-  struct Closer {
-    int fd;
-    ~Closer() {
-      if (fd >= 0) ::close(fd);
-    }
-  } closer{pidfd};
   if (local_rank < 0) {
     if (w.signal > 0) {
       log::warning("worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid) +
@@ -235,7 +230,7 @@ void Agent::on_timer_expired(const ExpiredWorker& w) {
   }
   log::warning("worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid) + " (local_rank " +
                std::to_string(local_rank) + ") expired; sending " + signal_label(w.signal));
-  if (syscall(SYS_pidfd_send_signal, pidfd, w.signal, nullptr, 0) != 0 && errno != ESRCH) {
+  if (syscall(SYS_pidfd_send_signal, pidfd.get(), w.signal, nullptr, 0) != 0 && errno != ESRCH) {
     log::error("worker watchdog: cannot signal pid " + std::to_string(w.pid) + ": " + std::strerror(errno));
   }
 }

@@ -160,27 +160,26 @@ Result<std::unique_ptr<FileTimerServer>> FileTimerServer::open(boost::asio::io_c
   if (mkfifo(path.c_str(), 0600) != 0) return fail("mkfifo");
   // Read end first (non-blocking: no writer needed), then our own writer, so a
   // read finds the pipe open while no worker has it open.
-  int rd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (rd < 0) {
+  net::UniqueFd rd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!rd) {
     auto st2 = fail("open for reading");
     unlink(path.c_str());
     return st2;
   }
-  int wr = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-  if (wr < 0) {
+  net::UniqueFd wr(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!wr) {
     auto st2 = fail("open for writing");
-    ::close(rd);
     unlink(path.c_str());
     return st2;
   }
   std::unique_ptr<FileTimerServer> server(new FileTimerServer(io, path, std::move(on_expired)));
-  server->pipe_.assign(rd);
-  server->keep_open_fd_ = wr;
   struct stat made{};
-  if (fstat(rd, &made) == 0) {
+  if (fstat(rd.get(), &made) == 0) {
     server->dev_ = made.st_dev;
     server->ino_ = made.st_ino;
   }
+  server->pipe_.assign(rd.release());
+  server->keep_open_fd_ = std::move(wr);
   server->read();
   return server;
 }
@@ -190,7 +189,7 @@ FileTimerServer::~FileTimerServer() {
   boost::system::error_code ignored;
   timer_.cancel();
   pipe_.close(ignored);
-  if (keep_open_fd_ >= 0) ::close(keep_open_fd_);
+  keep_open_fd_.reset();
   // Another agent may have replaced the pipe at this path since: leave that one.
   struct stat now{};
   if (lstat(path_.c_str(), &now) == 0 && now.st_dev == dev_ && now.st_ino == ino_) unlink(path_.c_str());

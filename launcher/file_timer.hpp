@@ -32,6 +32,7 @@
 
 #include "line_splitter.hpp"
 #include "muster/common/status.hpp"
+#include "muster/net/unique_fd.hpp"
 
 namespace muster::launcher {
 
@@ -124,7 +125,7 @@ class FileTimerServer {
   OnExpired on_expired_;
   std::function<void(pid_t)> on_request_;
   boost::asio::posix::stream_descriptor pipe_;
-  int keep_open_fd_ = -1;  // our own writer, so the pipe never reads as ended
+  net::UniqueFd keep_open_fd_;  // our own writer, so the pipe never reads as ended
   dev_t dev_ = 0;          // the pipe made, so the one removed at the end is ours
   ino_t ino_ = 0;
   boost::asio::steady_timer timer_;

@@ -20,6 +20,7 @@
 #include "muster/common/log.hpp"
 #include "muster/common/version.hpp"
 #include "muster/metrics/http.hpp"
+#include "muster/net/unique_fd.hpp"
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/server.hpp"
 
@@ -29,20 +30,16 @@ namespace {
 void notify_systemd(const char* state) {
   const char* path = std::getenv("NOTIFY_SOCKET");
   if (path == nullptr || path[0] == '\0') return;
-  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
+  muster::net::UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) return;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::size_t len = std::strlen(path);
-  if (len >= sizeof addr.sun_path) {
-    ::close(fd);
-    return;
-  }
+  if (len >= sizeof addr.sun_path) return;
   std::memcpy(addr.sun_path, path, len);
   if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
-  ::sendto(fd, state, std::strlen(state), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
+  ::sendto(fd.get(), state, std::strlen(state), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
            static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
-  ::close(fd);
 }
 
 constexpr std::chrono::microseconds kStatusEvery = std::chrono::seconds(5);

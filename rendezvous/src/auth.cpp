@@ -13,6 +13,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "muster/net/unique_fd.hpp"
+
 namespace muster::rendezvous::auth {
 
 namespace {
@@ -43,14 +45,13 @@ Result<Key> load_key_file(const std::string& path) {
     return Status(Code::invalid_argument, "the auth key file " + path + " " + why);
   };
   // O_NONBLOCK: a FIFO at the path must not hang the caller before the check below.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) {
+  net::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd) {
     return fail(std::string("cannot be read: ") + std::strerror(errno) +
                 "; create it with: head -c 32 /dev/urandom | base64 > FILE && chmod 600 FILE");
   }
-  std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return fail(std::string("cannot be examined: ") + std::strerror(errno));
+  if (::fstat(fd.get(), &st) != 0) return fail(std::string("cannot be examined: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return fail("is not a regular file");
   if ((st.st_mode & (S_IROTH | S_IWOTH)) != 0) {
     return fail("can be read or written by other users; make it private with chmod 600 " + path);
@@ -62,7 +63,7 @@ Result<Key> load_key_file(const std::string& path) {
   std::string bytes(static_cast<std::size_t>(kMaxKeyBytes + 3), '\0');
   std::size_t got = 0;
   while (got < bytes.size()) {
-    ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       OPENSSL_cleanse(bytes.data(), bytes.size());

@@ -62,7 +62,7 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
     def two_agents(launcher, out, local_addr_flag):
         port = free_port()
         common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-                  "--rdzv-id=ddp2x2", "--rdzv-conf=last_call_timeout=1"]
+                  "--rdzv-id=ddp2x2", f"--rdzv-conf=last_call_timeout={SLACK:g}"]
         procs = []
         for node in (1, 2):
             procs.append(subprocess.Popen([*launcher, *common, f"{local_addr_flag}=127.0.0.{node}", SCRIPT, str(out)],

@@ -16,9 +16,17 @@ hold = next((float(f.split("=", 1)[1]) for f in flags if f.startswith("hold=")),
 rank = os.environ["RANK"]
 
 
+recorded = {}
+
+
 def record(name, text):
-    with open(os.path.join(out, f"{name}_{rank}"), "a") as f:
-        f.write(text + "\n")
+    # The test reads these files while the worker runs: each is replaced whole
+    # (write, then rename), so a reader sees the old lines or the new, never half.
+    recorded.setdefault(name, []).append(text)
+    tmp = os.path.join(out, f".{name}_{rank}.tmp")  # not matched by the test's "<name>_*"
+    with open(tmp, "w") as f:
+        f.write("".join(line + "\n" for line in recorded[name]))
+    os.replace(tmp, os.path.join(out, f"{name}_{rank}"))
 
 
 def on_signal(signo, frame):
@@ -32,7 +40,8 @@ for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.S
 
 if "spawn-children" in flags:
     child = subprocess.Popen(["sleep", "1000"])
-    daemon = subprocess.Popen(["setsid", "sh", "-c", "sleep 1000 & echo $! > %s/daemon_%s; wait" % (out, rank)])
+    tmp, final = os.path.join(out, f".daemon_{rank}.tmp"), os.path.join(out, f"daemon_{rank}")
+    daemon = subprocess.Popen(["setsid", "sh", "-c", f"sleep 1000 & echo $! > '{tmp}' && mv '{tmp}' '{final}'; wait"])
     record("child", str(child.pid))
     record("child", str(daemon.pid))
 

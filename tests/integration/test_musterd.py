@@ -54,7 +54,8 @@ def test_a_dead_agent_is_noticed_and_the_survivors_re_form(musterd):
     for i, a in enumerate(agents[:2]):
         a.join("live", f"n{i}", min_nodes=2, max_nodes=3)
     deadline = time.monotonic() + 5 * SLACK
-    results = [a.recv() for a in agents[:2]]
+    # Both keep heartbeating while the round closes, as live agents do.
+    results = [a.recv_beating(also=agents[:2]) for a in agents[:2]]
     assert all(r["type"] == "assign" and r["group_world_size"] == 2 and r["round"] == 1 for r in results)
     assert time.monotonic() < deadline
 

@@ -20,9 +20,9 @@ Request req(Op op, std::vector<std::string> keys = {}, std::vector<std::string> 
 struct Harness {
   StoreState state;
   std::vector<Reply> out;
-  bool run(ConnId c, const Request& r, Dialect d = Dialect::with_validate) {
+  bool run(ConnId c, const Request& r) {
     std::string error;
-    return state.handle(c, d, r, out, error);
+    return state.handle(c, r, out, error);
   }
   std::vector<Reply> take() { return std::exchange(out, {}); }
 };
@@ -145,8 +145,8 @@ TEST_CASE("a disconnected client's waits are forgotten", "[store]") {
 TEST_CASE("a 1.13 wait that timed out on the client is still answered later", "[store]") {
   // 1.13 clients cannot cancel; the late 00 is what a 1.13 server sends too.
   Harness h;
-  h.run(1, req(Op::wait, {"k"}), Dialect::before_validate);
-  h.run(2, req(Op::set, {"k"}, {"v"}), Dialect::before_validate);
+  h.run(1, req(Op::wait, {"k"}));
+  h.run(2, req(Op::set, {"k"}, {"v"}));
   auto r = h.take();
   REQUIRE(r.size() == 1);
   CHECK(r[0].conn == 1);
@@ -184,16 +184,16 @@ TEST_CASE("BARRIER releases everyone when the count reaches the world size", "[s
 
 TEST_CASE("WATCH_KEY pushes created, updated and deleted", "[store]") {
   Harness h;
-  h.run(9, req(Op::watch_key, {"w"}), Dialect::before_validate);
+  h.run(9, req(Op::watch_key, {"w"}));
   CHECK(h.take()[0].bytes == std::string(1, '\3'));
-  h.run(1, req(Op::set, {"w"}, {"a"}), Dialect::before_validate);
+  h.run(1, req(Op::set, {"w"}, {"a"}));
   auto created = h.take();
   REQUIRE(created.size() == 1);
   CHECK(created[0].conn == 9);
   CHECK(created[0].bytes == std::string(1, '\1') + str("w") + str("") + str("a"));
-  h.run(1, req(Op::set, {"w"}, {"b"}), Dialect::before_validate);
+  h.run(1, req(Op::set, {"w"}, {"b"}));
   CHECK(h.take()[0].bytes == std::string(1, '\0') + str("w") + str("a") + str("b"));
-  h.run(1, req(Op::delete_key, {"w"}), Dialect::before_validate);
+  h.run(1, req(Op::delete_key, {"w"}));
   auto deleted = h.take();
   REQUIRE(deleted.size() == 2);
   CHECK(deleted[0].bytes == std::string(1, '\2') + str("w") + str("b") + str(""));
@@ -268,15 +268,15 @@ TEST_CASE("ADD and BARRIER wrap around instead of overflowing", "[store][hardeni
 
 TEST_CASE("a connection's watches and waits are capped; a watch is registered once", "[store][hardening]") {
   Harness h;
-  REQUIRE(h.run(1, req(Op::watch_key, {"w"}), Dialect::before_validate));
-  REQUIRE(h.run(1, req(Op::watch_key, {"w"}), Dialect::before_validate));
+  REQUIRE(h.run(1, req(Op::watch_key, {"w"})));
+  REQUIRE(h.run(1, req(Op::watch_key, {"w"})));
   h.take();
-  REQUIRE(h.run(2, req(Op::set, {"w"}, {"v"}), Dialect::before_validate));
+  REQUIRE(h.run(2, req(Op::set, {"w"}, {"v"})));
   CHECK(h.take().size() == 1);  // one notification, not one per WATCH_KEY
   for (std::size_t i = 1; i < kMaxWatchesPerConnection; ++i) {
-    REQUIRE(h.run(1, req(Op::watch_key, {"w" + std::to_string(i)}), Dialect::before_validate));
+    REQUIRE(h.run(1, req(Op::watch_key, {"w" + std::to_string(i)})));
   }
-  CHECK_FALSE(h.run(1, req(Op::watch_key, {"one-too-many"}), Dialect::before_validate));
+  CHECK_FALSE(h.run(1, req(Op::watch_key, {"one-too-many"})));
 
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < kMaxKeyCount; ++i) keys.push_back("k" + std::to_string(i));
@@ -293,7 +293,7 @@ TEST_CASE("a MULTI_GET whose reply would pass the limit is refused", "[store][ha
   REQUIRE(h.run(1, req(Op::set, {"big"}, {std::string(64 * 1024 * 1024, 'x')})));
   std::vector<std::string> keys(9, "big");  // 576 MiB of reply
   std::string error;
-  CHECK_FALSE(h.state.handle(1, Dialect::with_validate, req(Op::multi_get, keys), h.out, error));
+  CHECK_FALSE(h.state.handle(1, req(Op::multi_get, keys), h.out, error));
   CHECK(error.find("over the limit") != std::string::npos);
   keys.resize(2);
   REQUIRE(h.run(1, req(Op::multi_get, keys)));

@@ -55,9 +55,9 @@ ShmNode::ShmNode(const std::string& name, bool create, int local_rank, int local
       bytes_(segment_bytes(local_size, slot_bytes)),
       pids_(pids),
       global_ranks_(std::move(global_ranks)) {
-  int fd = create ? shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600)
-                  : shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) {
+  net::UniqueFd fd(create ? shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600)
+                         : shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd) {
     throw Error("cannot " + std::string(create ? "create" : "open") + " the node's shared memory /dev/shm" + name +
                 ": " + errno_text() +
                 (create ? "; check that /dev/shm is mounted and has room"
@@ -66,28 +66,26 @@ ShmNode::ShmNode(const std::string& name, bool create, int local_rank, int local
   }
   // posix_fallocate reserves the pages: a full tmpfs is an error here, not a
   // SIGBUS in the first collective.
-  int alloc = create ? posix_fallocate(fd, 0, static_cast<off_t>(bytes_)) : 0;
+  int alloc = create ? posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes_)) : 0;
   if (create && alloc != 0) errno = alloc;
-  if (create && (alloc != 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0)) {
+  if (create && (alloc != 0 || ftruncate(fd.get(), static_cast<off_t>(bytes_)) != 0)) {
     std::string why = errno_text();
-    ::close(fd);
+    fd.reset();
     shm_unlink(name.c_str());
     throw Error("cannot size the node's shared memory /dev/shm" + name + " to " + std::to_string(bytes_) +
                 " bytes: " + why + "; /dev/shm may be too small (MUSTER_SHM_SLOT_BYTES makes it smaller)");
   }
   struct stat st {};
-  if (!create && fstat(fd, &st) != 0) {
+  if (!create && fstat(fd.get(), &st) != 0) {
     std::string why = errno_text();
-    ::close(fd);
     throw Error("cannot read the size of the node's shared memory /dev/shm" + name + ": " + why);
   }
   if (!create && static_cast<std::size_t>(st.st_size) != bytes_) {
-    ::close(fd);
     throw Error("the node's shared memory /dev/shm" + name + " has " + std::to_string(st.st_size) +
                 " bytes, expected " + std::to_string(bytes_) + " (ranks disagree on MUSTER_SHM_SLOT_BYTES?)");
   }
-  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  ::close(fd);
+  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  fd.reset();  // the mapping keeps the segment
   if (p == MAP_FAILED) {
     if (create) shm_unlink(name.c_str());
     throw Error("cannot map the node's shared memory /dev/shm" + name + ": " + errno_text());
@@ -99,14 +97,12 @@ ShmNode::ShmNode(const std::string& name, bool create, int local_rank, int local
   spins_ = local_size_ <= cores ? 2048 : 0;
   if (create) store(line(0), kMagic);
   for (pid_t pid : pids_) {
-    int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-    pidfds_.push_back(pfd);  // -1 (old kernel, or gone already): kill(pid, 0) instead
+    // None (old kernel, or gone already): kill(pid, 0) instead.
+    pidfds_.emplace_back(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   }
 }
 
 ShmNode::~ShmNode() {
-  for (int fd : pidfds_)
-    if (fd >= 0) ::close(fd);
   if (base_ != nullptr) munmap(base_, bytes_);
 }
 
@@ -133,8 +129,8 @@ void ShmNode::check_peers() {
   for (int j = 0; j < local_size_; ++j) {
     if (j == local_rank_) continue;
     bool gone;
-    if (pidfds_[j] >= 0) {
-      pollfd p{pidfds_[j], POLLIN, 0};
+    if (pidfds_[j]) {
+      pollfd p{pidfds_[j].get(), POLLIN, 0};
       gone = poll(&p, 1, 0) == 1;
     } else {
       gone = kill(pids_[j], 0) != 0 && errno == ESRCH;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "muster/net/unique_fd.hpp"
 #include "muster/process_group.hpp"
 #include "wait.hpp"
 
@@ -70,7 +71,7 @@ class ShmNode {
   char* base_ = nullptr;
   uint64_t step_ = 0;
   int spins_ = 2048;
-  std::vector<int> pidfds_;
+  std::vector<net::UniqueFd> pidfds_;
   std::vector<pid_t> pids_;
   std::vector<int> global_ranks_;
 };

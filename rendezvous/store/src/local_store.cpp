@@ -54,7 +54,7 @@ Result<std::string> LocalStore::run(Request req, std::chrono::milliseconds timeo
   const ConnId conn = next_conn_++;
   std::vector<Reply> out;
   std::string error;
-  if (!state_.handle(conn, Dialect::with_validate, req, out, error)) {
+  if (!state_.handle(conn, req, out, error)) {
     state_.disconnect(conn);
     return invalid_argument(std::string(op_name(req.op)) + ": " + error);
   }

@@ -141,7 +141,7 @@ class StoreServer::Session : public std::enable_shared_from_this<Session> {
       bool handled = false;
       any = true;
       try {
-        handled = server_.state_.handle(id_, dialect_, req, replies, error);
+        handled = server_.state_.handle(id_, req, replies, error);
       } catch (const std::exception& e) {
         // Nothing in the state should throw but memory running out; the
         // replies gathered so far still go out (they may wake other clients).

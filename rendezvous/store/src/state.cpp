@@ -145,7 +145,7 @@ void StoreState::store_value(const std::string& key, std::string value, std::vec
   changed(key, out);
 }
 
-bool StoreState::on_compare_set(ConnId conn, const Request& req, Out& out) {
+bool StoreState::on_compare_set(ConnId conn, const Request& req, Out& out, std::string&) {
   const std::string& key = req.keys[0];
   const std::string& expected = req.values[0];
   const std::string& desired = req.values[1];
@@ -253,7 +253,7 @@ bool StoreState::on_watch(ConnId conn, const Request& req, Out& out, std::string
   return true;
 }
 
-bool StoreState::on_delete(ConnId conn, const Request& req, Out& out) {
+bool StoreState::on_delete(ConnId conn, const Request& req, Out& out, std::string&) {
   auto it = data_.find(req.keys[0]);
   int64_t n = 0;
   if (it != data_.end()) {
@@ -269,7 +269,7 @@ bool StoreState::on_delete(ConnId conn, const Request& req, Out& out) {
 }
 
 // A push satisfies one waiter on the queue's name, the one waiting longest.
-bool StoreState::on_queue_push(const Request& req, Out& out) {
+bool StoreState::on_queue_push(ConnId, const Request& req, Out& out, std::string&) {
   const std::string& name = req.keys[0];
   queues_[name].push_back(req.values[0]);
   auto it = waiters_by_key_.find(name);
@@ -281,7 +281,7 @@ bool StoreState::on_queue_push(const Request& req, Out& out) {
   return true;
 }
 
-bool StoreState::on_queue_pop(ConnId conn, const Request& req, Out& out) {
+bool StoreState::on_queue_pop(ConnId conn, const Request& req, Out& out, std::string&) {
   std::string r;
   auto it = queues_.find(req.keys[0]);
   int64_t len = it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size());
@@ -315,91 +315,105 @@ bool StoreState::on_barrier(ConnId conn, const Request& req, Out& out, std::stri
   return true;
 }
 
-bool StoreState::handle(ConnId conn, Dialect dialect, const Request& req, std::vector<Reply>& out,
-                        std::string& error) {
-  auto reply = [&](std::string bytes) { out.push_back({conn, std::move(bytes)}); };
-  switch (req.op) {
-    case Op::validate:
-      if (req.u32 != kValidateMagic) {
-        error = "VALIDATE with a wrong magic number";
-        return false;
-      }
-      return true;
-    case Op::ping: {
-      std::string r;
-      put_u32(r, req.u32);
-      reply(std::move(r));
-      return true;
-    }
-    case Op::set:
-      store_value(req.keys[0], req.values[0], out);
-      return true;
-    case Op::compare_set:
-      return on_compare_set(conn, req, out);
-    case Op::get: {
-      std::string r;
-      auto it = data_.find(req.keys[0]);
-      put_string(r, it == data_.end() ? std::string() : it->second);
-      reply(std::move(r));
-      return true;
-    }
-    case Op::add:
-      return on_add(conn, req, out, error);
-    case Op::check: {
-      bool all = std::all_of(req.keys.begin(), req.keys.end(), [&](const std::string& k) { return exists(k); });
-      reply(byte(all ? kReady : kNotReady));
-      return true;
-    }
-    case Op::wait:
-      return on_wait(conn, req, out, error);
-    case Op::num_keys: {
-      std::string r;
-      put_i64(r, static_cast<int64_t>(data_.size()));
-      reply(std::move(r));
-      return true;
-    }
-    case Op::watch_key:
-      return on_watch(conn, req, out, error);
-    case Op::delete_key:
-      return on_delete(conn, req, out);
-    case Op::append: {
-      auto it = data_.find(req.keys[0]);
-      std::string v = it == data_.end() ? req.values[0] : it->second + req.values[0];
-      store_value(req.keys[0], std::move(v), out);
-      return true;
-    }
-    case Op::multi_get:
-      return on_multi_get(conn, req, out, error);
-    case Op::multi_set:
-      for (std::size_t i = 0; i < req.keys.size(); ++i) store_value(req.keys[i], req.values[i], out);
-      return true;
-    case Op::cancel_wait:
-      cancel_waits(conn);
-      reply(byte(kWaitCanceled));
-      return true;
-    case Op::queue_push:
-      return on_queue_push(req, out);
-    case Op::queue_pop:
-      return on_queue_pop(conn, req, out);
-    case Op::queue_len: {
-      std::string r;
-      auto it = queues_.find(req.keys[0]);
-      put_i64(r, it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
-      reply(std::move(r));
-      return true;
-    }
-    case Op::list_keys: {
-      std::string r;
-      put_i64(r, static_cast<int64_t>(data_.size()));
-      for (const auto& [k, v] : data_) put_string(r, k);
-      reply(std::move(r));
-      return true;
-    }
-    case Op::barrier:
-      return on_barrier(conn, req, out, error);
-  }
-  (void)dialect;
+bool StoreState::on_validate(ConnId, const Request& req, Out&, std::string& error) {
+  if (req.u32 == kValidateMagic) return true;
+  error = "VALIDATE with a wrong magic number";
+  return false;
+}
+
+bool StoreState::on_ping(ConnId conn, const Request& req, Out& out, std::string&) {
+  std::string r;
+  put_u32(r, req.u32);
+  out.push_back({conn, std::move(r)});
   return true;
+}
+
+bool StoreState::on_set(ConnId, const Request& req, Out& out, std::string&) {
+  store_value(req.keys[0], req.values[0], out);
+  return true;
+}
+
+bool StoreState::on_get(ConnId conn, const Request& req, Out& out, std::string&) {
+  std::string r;
+  auto it = data_.find(req.keys[0]);
+  put_string(r, it == data_.end() ? std::string() : it->second);
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+bool StoreState::on_check(ConnId conn, const Request& req, Out& out, std::string&) {
+  bool all = std::all_of(req.keys.begin(), req.keys.end(), [&](const std::string& k) { return exists(k); });
+  out.push_back({conn, byte(all ? kReady : kNotReady)});
+  return true;
+}
+
+bool StoreState::on_num_keys(ConnId conn, const Request&, Out& out, std::string&) {
+  std::string r;
+  put_i64(r, static_cast<int64_t>(data_.size()));
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+bool StoreState::on_append(ConnId, const Request& req, Out& out, std::string&) {
+  auto it = data_.find(req.keys[0]);
+  std::string v = it == data_.end() ? req.values[0] : it->second + req.values[0];
+  store_value(req.keys[0], std::move(v), out);
+  return true;
+}
+
+bool StoreState::on_multi_set(ConnId, const Request& req, Out& out, std::string&) {
+  for (std::size_t i = 0; i < req.keys.size(); ++i) store_value(req.keys[i], req.values[i], out);
+  return true;
+}
+
+bool StoreState::on_cancel_wait(ConnId conn, const Request&, Out& out, std::string&) {
+  cancel_waits(conn);
+  out.push_back({conn, byte(kWaitCanceled)});
+  return true;
+}
+
+bool StoreState::on_queue_len(ConnId conn, const Request& req, Out& out, std::string&) {
+  std::string r;
+  auto it = queues_.find(req.keys[0]);
+  put_i64(r, it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+bool StoreState::on_list_keys(ConnId conn, const Request&, Out& out, std::string&) {
+  std::string r;
+  put_i64(r, static_cast<int64_t>(data_.size()));
+  for (const auto& [k, v] : data_) put_string(r, k);
+  out.push_back({conn, std::move(r)});
+  return true;
+}
+
+bool StoreState::handle(ConnId conn, const Request& req, Out& out, std::string& error) {
+  auto call = [&](Handler h) { return (this->*h)(conn, req, out, error); };
+  switch (req.op) {
+    case Op::validate: return call(&StoreState::on_validate);
+    case Op::ping: return call(&StoreState::on_ping);
+    case Op::set: return call(&StoreState::on_set);
+    case Op::compare_set: return call(&StoreState::on_compare_set);
+    case Op::get: return call(&StoreState::on_get);
+    case Op::add: return call(&StoreState::on_add);
+    case Op::check: return call(&StoreState::on_check);
+    case Op::wait: return call(&StoreState::on_wait);
+    case Op::num_keys: return call(&StoreState::on_num_keys);
+    case Op::watch_key: return call(&StoreState::on_watch);
+    case Op::delete_key: return call(&StoreState::on_delete);
+    case Op::append: return call(&StoreState::on_append);
+    case Op::multi_get: return call(&StoreState::on_multi_get);
+    case Op::multi_set: return call(&StoreState::on_multi_set);
+    case Op::cancel_wait: return call(&StoreState::on_cancel_wait);
+    case Op::queue_push: return call(&StoreState::on_queue_push);
+    case Op::queue_pop: return call(&StoreState::on_queue_pop);
+    case Op::queue_len: return call(&StoreState::on_queue_len);
+    case Op::list_keys: return call(&StoreState::on_list_keys);
+    case Op::barrier: return call(&StoreState::on_barrier);
+  }
+  error = "a request the store does not know";
+  return false;
 }
 
 }  // namespace muster::store

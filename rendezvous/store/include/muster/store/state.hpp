@@ -29,7 +29,9 @@ class StoreState {
   // connections whose WAIT completed) are appended to out. Returns false when
   // the request is malformed for the store (e.g. ADD on a non-number): the
   // caller closes conn; error says why.
-  bool handle(ConnId conn, Dialect dialect, const Request& req, std::vector<Reply>& out, std::string& error);
+  // The dialect of conn does not matter here: the parser has already made
+  // every request the same Request, and the replies are the same bytes.
+  bool handle(ConnId conn, const Request& req, std::vector<Reply>& out, std::string& error);
 
   // Drops the connection's pending WAITs and watches.
   void disconnect(ConnId conn);
@@ -71,16 +73,29 @@ class StoreState {
   std::optional<int64_t> counter_plus(const std::string& key, int64_t delta, const char* op,
                                       std::string& error) const;
 
-  // One function per request; false: the request is malformed for the store.
+  // One function per request, all of one shape so that handle() is a plain
+  // dispatch; false: the request is malformed for the store (error says why).
   using Out = std::vector<Reply>;
-  bool on_compare_set(ConnId conn, const Request& req, Out& out);
+  using Handler = bool (StoreState::*)(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_validate(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_ping(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_set(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_compare_set(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_get(ConnId conn, const Request& req, Out& out, std::string& error);
   bool on_add(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_check(ConnId conn, const Request& req, Out& out, std::string& error);
   bool on_wait(ConnId conn, const Request& req, Out& out, std::string& error);
-  bool on_multi_get(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_num_keys(ConnId conn, const Request& req, Out& out, std::string& error);
   bool on_watch(ConnId conn, const Request& req, Out& out, std::string& error);
-  bool on_delete(ConnId conn, const Request& req, Out& out);
-  bool on_queue_push(const Request& req, Out& out);
-  bool on_queue_pop(ConnId conn, const Request& req, Out& out);
+  bool on_delete(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_append(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_multi_get(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_multi_set(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_cancel_wait(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_queue_push(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_queue_pop(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_queue_len(ConnId conn, const Request& req, Out& out, std::string& error);
+  bool on_list_keys(ConnId conn, const Request& req, Out& out, std::string& error);
   bool on_barrier(ConnId conn, const Request& req, Out& out, std::string& error);
 
   std::unordered_map<std::string, std::string> data_;
