@@ -130,109 +130,74 @@ Status check_type(const OptionSpec& spec, const std::string& value) {
   return {};
 }
 
-}  // namespace
+// Whether argv[j] can be an option's value: it exists and is not an option.
+Result<bool> next_is_value(const Table& table, const std::vector<std::string>& argv, std::size_t j) {
+  if (j >= argv.size() || argv[j] == "--") return false;
+  auto c = classify(table, argv[j]);
+  if (!c.ok()) return c.status();
+  return !c.value().has_value();
+}
 
-Result<ParsedArgs> parse(const Table& table, const std::vector<std::string>& argv, const Environment& env) {
-  ParsedArgs out;
-  std::vector<std::string> unrecognized;
-  bool end_of_options = false;
-  bool saw_script = false;
-  std::size_t i = 0;
-  auto next_is_value = [&](std::size_t j) -> Result<bool> {
-    if (j >= argv.size()) return false;
-    if (argv[j] == "--") return false;
-    auto c = classify(table, argv[j]);
-    if (!c.ok()) return c.status();
-    return !c.value().has_value();
-  };
-
-  while (i < argv.size()) {
-    const std::string& arg = argv[i];
-    if (!end_of_options && arg == "--") {
-      end_of_options = true;
-      ++i;
-      continue;
-    }
-    std::optional<Match> match;
-    if (!end_of_options) {
-      auto c = classify(table, arg);
-      if (!c.ok()) return c.status();
-      match = c.value();
-    }
-    if (!match) {
-      saw_script = true;
-      out.training_script = arg;
-      out.training_script_args.assign(argv.begin() + static_cast<long>(i) + 1, argv.end());
-      i = argv.size();
-      break;
-    }
-    if (match->spec == nullptr) {
-      unrecognized.push_back(arg);
-      ++i;
-      continue;
-    }
-    ++i;
-    // Short flags may be bundled: -mh, or -m followed by a short valued option.
-    while (true) {
-      const OptionSpec& spec = *match->spec;
-      if (spec.kind == Kind::value) {
-        std::string value;
-        if (match->explicit_arg) {
-          value = *match->explicit_arg;
-        } else {
-          auto has = next_is_value(i);
-          if (!has.ok()) return has.status();
-          if (!has.value()) return invalid_argument("argument " + spec.display() + ": expected one argument");
-          value = argv[i++];
-        }
-        if (auto st = check_type(spec, value); !st.ok()) return st;
-        if (!spec.choices.empty() &&
-            std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end()) {
-          std::string list;
-          for (const auto& c : spec.choices) list += (list.empty() ? "'" : ", '") + c + "'";
-          return invalid_argument("argument " + spec.display() + ": invalid choice: '" + value +
-                                  "' (choose from " + list + ")");
-        }
-        out.values[spec.dest()] = value;
-        out.given[spec.dest()] = true;
-        break;
-      }
-      // A flag or -h.
-      if (spec.kind == Kind::help) {
-        out.help = true;
-      } else if (spec.kind == Kind::version) {
-        out.version = true;
-      } else {
-        out.flags[spec.dest()] = true;
-        out.given[spec.dest()] = true;
-      }
-      if (!match->explicit_arg) break;
-      const std::string& rest = *match->explicit_arg;
-      bool is_short = match->option_string.size() == 2 && match->option_string[1] != '-';
-      if (is_short && !rest.empty()) {
-        std::string next = std::string("-") + rest[0];
-        if (const auto* next_spec = find_exact(table, next)) {
-          std::optional<std::string> explicit_arg;
-          if (rest.size() > 1) explicit_arg = rest.substr(1);
-          match = Match{next_spec, next, explicit_arg};
-          continue;
-        }
-      }
-      return invalid_argument("argument " + spec.display() + ": ignored explicit argument '" + rest + "'");
-    }
-    if (out.help || out.version) return out;
+// A valued option: its explicit value (--name=value, -xVALUE) or the next
+// argument, checked against its type and choices.
+Status take_value(const Table& table, const std::vector<std::string>& argv, std::size_t& i, const Match& match,
+                  ParsedArgs& out) {
+  const OptionSpec& spec = *match.spec;
+  std::string value;
+  if (match.explicit_arg) {
+    value = *match.explicit_arg;
+  } else {
+    auto has = next_is_value(table, argv, i);
+    if (!has.ok()) return has.status();
+    if (!has.value()) return invalid_argument("argument " + spec.display() + ": expected one argument");
+    value = argv[i++];
   }
-
-  if (!saw_script) {
-    return invalid_argument("the following arguments are required: training_script, training_script_args");
+  if (auto st = check_type(spec, value); !st.ok()) return st;
+  if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end()) {
+    std::string list;
+    for (const auto& c : spec.choices) list += (list.empty() ? "'" : ", '") + c + "'";
+    return invalid_argument("argument " + spec.display() + ": invalid choice: '" + value + "' (choose from " + list +
+                            ")");
   }
-  if (!unrecognized.empty()) {
-    std::string joined;
-    for (const auto& u : unrecognized) joined += (joined.empty() ? "" : " ") + u;
-    return invalid_argument("unrecognized arguments: " + joined);
-  }
+  out.values[spec.dest()] = value;
+  out.given[spec.dest()] = true;
+  return {};
+}
 
-  // Defaults: PET_<DEST> when set, else the coded default; type applied as argparse does.
+// One option string from the command line, and the short options bundled
+// behind a short flag (-mh, or -m followed by a short valued option).
+Status take_option(const Table& table, const std::vector<std::string>& argv, std::size_t& i, Match match,
+                   ParsedArgs& out) {
+  while (true) {
+    const OptionSpec& spec = *match.spec;
+    if (spec.kind == Kind::value) return take_value(table, argv, i, match, out);
+    if (spec.kind == Kind::help) {
+      out.help = true;
+    } else if (spec.kind == Kind::version) {
+      out.version = true;
+    } else {
+      out.flags[spec.dest()] = true;
+      out.given[spec.dest()] = true;
+    }
+    if (!match.explicit_arg) return {};
+    const std::string rest = *match.explicit_arg;
+    bool is_short = match.option_string.size() == 2 && match.option_string[1] != '-';
+    if (is_short && !rest.empty()) {
+      std::string next = std::string("-") + rest[0];
+      if (const auto* next_spec = find_exact(table, next)) {
+        std::optional<std::string> explicit_arg;
+        if (rest.size() > 1) explicit_arg = rest.substr(1);
+        match = Match{next_spec, next, explicit_arg};
+        continue;
+      }
+    }
+    return invalid_argument("argument " + spec.display() + ": ignored explicit argument '" + rest + "'");
+  }
+}
+
+// What the command line left unset: PET_<DEST> when set, else the coded
+// default, with the type applied as argparse does.
+Status apply_defaults(const Table& table, const Environment& env, ParsedArgs& out) {
   for (const auto& spec : table) {
     const std::string dest = spec.dest();
     const std::string pet_name = pet_variable(dest);
@@ -259,6 +224,54 @@ Result<ParsedArgs> parse(const Table& table, const std::vector<std::string>& arg
       out.values[dest] = *spec.default_value;
     }
   }
+  return {};
+}
+
+}  // namespace
+
+Result<ParsedArgs> parse(const Table& table, const std::vector<std::string>& argv, const Environment& env) {
+  ParsedArgs out;
+  std::vector<std::string> unrecognized;
+  bool end_of_options = false;
+  bool saw_script = false;
+  std::size_t i = 0;
+  while (i < argv.size()) {
+    const std::string& arg = argv[i];
+    if (!end_of_options && arg == "--") {
+      end_of_options = true;
+      ++i;
+      continue;
+    }
+    std::optional<Match> match;
+    if (!end_of_options) {
+      auto c = classify(table, arg);
+      if (!c.ok()) return c.status();
+      match = c.value();
+    }
+    if (!match) {  // the script: the rest of argv is its own
+      saw_script = true;
+      out.training_script = arg;
+      out.training_script_args.assign(argv.begin() + static_cast<long>(i) + 1, argv.end());
+      break;
+    }
+    ++i;
+    if (match->spec == nullptr) {
+      unrecognized.push_back(arg);
+      continue;
+    }
+    if (auto st = take_option(table, argv, i, *match, out); !st.ok()) return st;
+    if (out.help || out.version) return out;
+  }
+
+  if (!saw_script) {
+    return invalid_argument("the following arguments are required: training_script, training_script_args");
+  }
+  if (!unrecognized.empty()) {
+    std::string joined;
+    for (const auto& u : unrecognized) joined += (joined.empty() ? "" : " ") + u;
+    return invalid_argument("unrecognized arguments: " + joined);
+  }
+  if (auto st = apply_defaults(table, env, out); !st.ok()) return st;
   return out;
 }
 
