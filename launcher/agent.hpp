@@ -22,7 +22,7 @@
 #include "worker_timeout.hpp"
 #include "launch_config.hpp"
 #include "launch_planner.hpp"
-#include "muster/rendezvous/server.hpp"
+#include "rendezvous_host.hpp"
 #include "rendezvous_member.hpp"
 #include "store_host.hpp"
 #include "signal_source.hpp"
@@ -107,9 +107,9 @@ class Agent {
 
   // Multi-node state.
   bool coordinated_ = false;
-  std::unique_ptr<rendezvous::RendezvousServer> rdzv_server_;
+  std::unique_ptr<RendezvousHost> rdzv_host_;
   // After worker_timeout_, which it tells of the workers' requests, and
-  // rdzv_server_, to which its shared port hands connections: it goes first.
+  // rdzv_host_, to whose server its shared port hands connections: it goes first.
   StoreHost store_host_;
   // After store_host_, whose port it advertises: it goes before it.
   std::unique_ptr<RendezvousMember> member_;

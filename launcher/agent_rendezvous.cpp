@@ -1,6 +1,5 @@
-// The agent in a multi-node job: it hosts the job's rendezvous when the
-// endpoint is one of its own addresses (and, with the static backend on node
-// rank 0, the store and the rendezvous on one port), joins it through its
+// The agent in a multi-node job: it hosts the job's rendezvous when it should
+// (RendezvousHost, rendezvous_host.hpp), joins it through its
 // RendezvousMember (rendezvous_member.hpp), starts its workers on each
 // assignment, and hands the rendezvous's orders to the core.
 #include <unistd.h>
@@ -19,7 +18,6 @@ Status Agent::setup_rendezvous() {
   if (!ep.ok()) return ep.status();
   auto settings = member_settings(cfg_);
   if (!settings.ok()) return settings.status();
-  const auto& conf = cfg_.rdzv_conf;
   MemberIdentity id;
   id.job = cfg_.rdzv_id;
   id.role = cfg_.role;
@@ -36,14 +34,7 @@ Status Agent::setup_rendezvous() {
     auth_key.emplace(key.value()->key);
     log::info("the rendezvous is authenticated with the key from " + key.value()->source);
   }
-  // Said once, by the agent that serves the rendezvous to the network.
-  auto warn_if_open = [this, &auth_key](const std::string& bind, int port) {
-    if (auth_key || !beyond_loopback(bind)) return;
-    log::warning("the rendezvous of job '" + cfg_.rdzv_id + "' on " + (bind.empty() ? "every interface" : bind) +
-                 ", port " + std::to_string(port) +
-                 ", authenticates nobody: whoever reaches it can join the job, take its rank 0 or end it; give "
-                 "every agent the same --auth-key-file (docs/security.md)");
-  };
+  rdzv_host_ = std::make_unique<RendezvousHost>(io_, cfg_.rdzv_id, auth_key);
 
   if (is_static) {
     // Node rank 0 serves the workers' store and the rendezvous on --master-port.
@@ -58,41 +49,16 @@ Status Agent::setup_rendezvous() {
     // listens where the other nodes are told to reach it.
     std::string bind = listen_address_for(strip_brackets(ep->host));
     if (cfg_.node_rank == 0) {
-      rdzv_server_ = rendezvous::RendezvousServer::create(io_);
-      if (auth_key) rdzv_server_->require_auth(*auth_key);
-      if (auto st = store_host_.serve_shared(bind, ep->port, *rdzv_server_); !st.ok()) {
-        return Status(Code::unavailable,
-                      "node rank 0 cannot serve --master-port " + std::to_string(ep->port) + ": " + st.message());
-      }
-      warn_if_open(bind, store_host_.port());
-      id.is_host = true;
+      if (auto st = rdzv_host_->open_static(store_host_, bind, ep->port); !st.ok()) return st;
     } else if (auto st = store_host_.serve(bind, 0); !st.ok()) {
       return Status(Code::unavailable, "cannot serve this node's store: " + st.message());
     }
+  } else {
+    // With c10d the workers' store is opened per round, before each join.
+    auto hosting = rdzv_host_->open_c10d(*ep, NodeNames{host_, cfg_.local_addr}, cfg_.rdzv_conf);
+    if (!hosting.ok()) return hosting.status();
   }
-
-  // With c10d the workers' store is opened per round, before each join.
-
-  // Host the rendezvous when the endpoint is ours, as torchrun's c10d backend
-  // does; a second agent on the same machine finds the port taken and joins.
-  bool ours = is_loopback_name(ep->host) || ep->host == host_ ||
-              (cfg_.local_addr && ep->host == *cfg_.local_addr) || is_own_address(ep->host);
-  auto forced = rdzv_conf_bool(conf, "is_host", ours);
-  if (!forced.ok()) return forced.status();
-  bool explicit_host = conf.count("is_host") > 0;
-  if (!is_static && forced.value()) {
-    std::string bind = ep->host == "localhost" ? "127.0.0.1" : listen_address_for(strip_brackets(ep->host));
-    auto server = rendezvous::RendezvousServer::listen(io_, bind, ep->port);
-    if (server.ok()) {
-      rdzv_server_ = std::move(server.value());
-      if (auth_key) rdzv_server_->require_auth(*auth_key);
-      warn_if_open(bind, rdzv_server_->port());
-      id.is_host = true;
-      log::info("hosting the rendezvous of job '" + cfg_.rdzv_id + "' on " + ep->to_string());
-    } else if (explicit_host) {
-      return Status(Code::unavailable, "is_host=true, but " + server.status().message());
-    }
-  }
+  id.is_host = rdzv_host_->hosting();
   RendezvousMember::Events events;
   events.assigned = [this](const rendezvous::out::Assign& a) { on_assigned(a); };
   events.restart = [this] { apply(core_.on_restart_order()); };
