@@ -476,7 +476,7 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
   expire_tombstones(now);
   auto reject = [&](Code code, const std::string& message) {
     count_rejected(code == Code::unavailable ? "max_jobs" : code == Code::closed ? "job_closed" : "job_settings");
-    s.send({{"type", "reject"}, {"v", kProtocolVersion}, {"code", code_name(code)}, {"message", message}});
+    s.send(to_json(Output{out::Reject{0, code, message}}));  // member: not one yet
   };
   // A session displaced from its job (its node joined again elsewhere, the job
   // retired) looks the job up afresh.
