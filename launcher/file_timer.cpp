@@ -178,7 +178,8 @@ Result<std::unique_ptr<FileTimerServer>> FileTimerServer::open(boost::asio::io_c
     server->dev_ = made.st_dev;
     server->ino_ = made.st_ino;
   }
-  server->pipe_.assign(rd.release());
+  server->pipe_.assign(rd.get());  // may throw: rd still owns it then
+  (void)rd.release();
   server->keep_open_fd_ = std::move(wr);
   server->read();
   return server;

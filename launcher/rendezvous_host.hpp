@@ -8,7 +8,9 @@
 // of this machine hosts it: this one only joins, unless is_host=true was given,
 // which makes that an error. open_static() is the static backend's node rank 0:
 // the rendezvous has no port of its own but is reached through the workers'
-// store port (--master-port), which the StoreHost opens shared with it. With an
+// store port (--master-port), which the StoreHost opens shared with it; is_host
+// plays no part there, as with torchrun's static backend, where node rank 0
+// listens whatever the configuration says. With an
 // auth key every connection must prove it holds the key; without one, a
 // rendezvous reachable from other machines is warned about, once. The host
 // decides nothing about the job: the server (rendezvous/) does, and this
@@ -19,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "muster/common/endpoint.hpp"
 #include "muster/common/status.hpp"

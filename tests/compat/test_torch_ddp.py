@@ -2,6 +2,7 @@
 bit-identical weights. torch 2.13 runs under its own torchrun; Debian's torch
 1.13 runs under its torchrun with the Python 3.11 parser mended."""
 import json
+import math
 import subprocess
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
     def two_agents(launcher, out, local_addr_flag):
         port = free_port()
         common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-                  "--rdzv-id=ddp2x2", f"--rdzv-conf=last_call_timeout={SLACK:g}"]
+                  "--rdzv-id=ddp2x2", f"--rdzv-conf=last_call_timeout={math.ceil(SLACK)}"]  # torchrun reads an int
         procs = []
         for node in (1, 2):
             procs.append(subprocess.Popen([*launcher, *common, f"{local_addr_flag}=127.0.0.{node}", SCRIPT, str(out)],

@@ -16,17 +16,24 @@ hold = next((float(f.split("=", 1)[1]) for f in flags if f.startswith("hold=")),
 rank = os.environ["RANK"]
 
 
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 recorded = {}
 
 
 def record(name, text):
     # The test reads these files while the worker runs: each is replaced whole
     # (write, then rename), so a reader sees the old lines or the new, never half.
-    recorded.setdefault(name, []).append(text)
-    tmp = os.path.join(out, f".{name}_{rank}.tmp")  # not matched by the test's "<name>_*"
-    with open(tmp, "w") as f:
-        f.write("".join(line + "\n" for line in recorded[name]))
-    os.replace(tmp, os.path.join(out, f"{name}_{rank}"))
+    # The handled signals wait meanwhile, so a handler's record() cannot run
+    # inside another's write of the same temporary file.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        recorded.setdefault(name, []).append(text)
+        tmp = os.path.join(out, f".{name}_{rank}.tmp")  # not matched by the test's "<name>_*"
+        with open(tmp, "w") as f:
+            f.write("".join(line + "\n" for line in recorded[name]))
+        os.replace(tmp, os.path.join(out, f"{name}_{rank}"))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def on_signal(signo, frame):
@@ -35,7 +42,7 @@ def on_signal(signo, frame):
         sys.exit(128 + signo)
 
 
-for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
+for s in HANDLED:
     signal.signal(s, on_signal)
 
 if "spawn-children" in flags:

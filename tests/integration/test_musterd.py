@@ -56,6 +56,7 @@ def test_a_dead_agent_is_noticed_and_the_survivors_re_form(musterd):
     deadline = time.monotonic() + 5 * SLACK
     # Both keep heartbeating while the round closes, as live agents do.
     results = [a.recv_beating(also=agents[:2]) for a in agents[:2]]
+    assert None not in results, results
     assert all(r["type"] == "assign" and r["group_world_size"] == 2 and r["round"] == 1 for r in results)
     assert time.monotonic() < deadline
 

@@ -6,6 +6,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "exposure.hpp"
 #include "rendezvous_host.hpp"
 #include "store_host.hpp"
 
@@ -36,16 +37,26 @@ const NodeNames kNames{"muster-test-node", std::nullopt};
 
 TEST_CASE("an endpoint on this node is hosted here, on the endpoint's port", "[rdzv_host]") {
   boost::asio::io_context io;
-  RendezvousHost host(io, "job", std::nullopt);
-  auto r = host.open_c10d(Endpoint{"127.0.0.1", 0}, kNames, {});
+  RendezvousHost any(io, "job", std::nullopt);
+  auto r = any.open_c10d(Endpoint{"127.0.0.1", 0}, kNames, {});  // port 0: one the kernel picks
   REQUIRE(r.ok());
   CHECK(r.value());
-  CHECK(host.hosting());
-  REQUIRE(host.port() > 0);
-  CHECK(accepts_connections(io, host.port()));
+  CHECK(any.hosting());
+  REQUIRE(any.port() > 0);
+  CHECK(accepts_connections(io, any.port()));
+
+  // A port named: a second host on the same port finds it taken by the first.
+  RendezvousHost named(io, "job", std::nullopt);
+  auto again = named.open_c10d(Endpoint{"127.0.0.1", any.port()}, kNames, {{"is_host", "true"}});
+  REQUIRE_FALSE(again.ok());
+  CHECK_THAT(again.status().message(), Catch::Contains(std::to_string(any.port())));
 }
 
 TEST_CASE("an endpoint of another machine is joined, not hosted", "[rdzv_host]") {
+  if (is_own_address("192.0.2.1")) {
+    WARN("skipped: this machine has 192.0.2.1 (TEST-NET-1), the address this test needs to be another's");
+    return;
+  }
   boost::asio::io_context io;
   RendezvousHost host(io, "job", std::nullopt);
   auto r = host.open_c10d(Endpoint{"192.0.2.1", 29400}, kNames, {});  // TEST-NET-1: nobody's address
@@ -87,16 +98,17 @@ TEST_CASE("a port another agent serves is joined; with is_host=true it is an err
 
 TEST_CASE("the static backend's node rank 0 serves the rendezvous behind the store's port", "[rdzv_host]") {
   boost::asio::io_context io;
-  StoreHost store(io);
+  // In the agent's order: the host's server outlives the store whose shared port hands it connections.
   RendezvousHost host(io, "job", std::nullopt);
+  StoreHost store(io);
   REQUIRE(host.open_static(store, "127.0.0.1", 0).ok());
   CHECK(host.hosting());
   REQUIRE(store.port() > 0);
   CHECK(accepts_connections(io, store.port()));
 
   HeldPort held(io);
-  StoreHost other_store(io);
   RendezvousHost other(io, "job", std::nullopt);
+  StoreHost other_store(io);
   auto st = other.open_static(other_store, "127.0.0.1", held.port());
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.message(), Catch::StartsWith("node rank 0 cannot serve --master-port " + std::to_string(held.port())));

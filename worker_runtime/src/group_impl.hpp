@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "group_settings.hpp"
+#include "muster/common/status.hpp"
 #include "muster/net/unique_fd.hpp"
 #include "muster/process_group.hpp"
 #include "muster/store/server.hpp"
