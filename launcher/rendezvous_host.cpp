@@ -29,9 +29,8 @@ Result<bool> RendezvousHost::open_c10d(const Endpoint& endpoint, const NodeNames
     return false;
   }
   server_ = std::move(server.value());
-  port_ = server_->port();
   if (key_) server_->require_auth(*key_);
-  warn_if_open(bind, server_->port());
+  warn_if_open(bind, port());
   log::info("hosting the rendezvous of job '" + job_ + "' on " + endpoint.to_string());
   return true;
 }

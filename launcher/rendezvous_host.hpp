@@ -50,9 +50,10 @@ class RendezvousHost {
   Status open_static(StoreHost& store, const std::string& bind, int port);
 
   bool hosting() const { return server_ != nullptr; }
-  // The port open_c10d() listens on; -1 when it hosts nothing or the static
-  // backend's (whose port is the store's).
-  int port() const { return port_; }
+  // The port the rendezvous listens on: open_c10d()'s; 0 for the static
+  // backend's, which has no listener of its own (it is reached through the
+  // store's port); -1 when this node hosts nothing.
+  int port() const { return server_ ? server_->port() : -1; }
 
  private:
   // Said once, by the agent that serves the rendezvous to the network.
@@ -62,7 +63,6 @@ class RendezvousHost {
   std::string job_;
   std::optional<rendezvous::auth::Key> key_;
   std::unique_ptr<rendezvous::RendezvousServer> server_;
-  int port_ = -1;
 };
 
 }  // namespace muster::launcher

@@ -190,8 +190,8 @@ def test_waits_say_what_they_wait_for(tmp_path, musterd):
     # The name does not resolve.
     unresolved = agent("no-such-host.invalid:29400", "w2", 2, 1, 2, tmp_path, conf=f"join_timeout={4 * SLACK:g}")
     # One node of two has joined.
-    alone = agent(endpoint, "w3", 3, 1, 2, tmp_path,
-                  conf=f"join_timeout={8 * SLACK:g},keep_alive_interval=0.5,keep_alive_max_attempt={KEEP_ALIVE_MAX_ATTEMPT}")
+    alone = agent(endpoint, "w3", 3, 1, 2, tmp_path, conf=f"join_timeout={8 * SLACK:g},keep_alive_interval=0.5,"
+                                                          f"keep_alive_max_attempt={KEEP_ALIVE_MAX_ATTEMPT}")
     try:
         (rc1, _, err1), (rc2, _, err2), (rc3, _, err3) = finish([refused, unresolved, alone], timeout=60)
     finally:

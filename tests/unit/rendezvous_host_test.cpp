@@ -103,6 +103,7 @@ TEST_CASE("the static backend's node rank 0 serves the rendezvous behind the sto
   StoreHost store(io);
   REQUIRE(host.open_static(store, "127.0.0.1", 0).ok());
   CHECK(host.hosting());
+  CHECK(host.port() == 0);  // no listener of its own
   REQUIRE(store.port() > 0);
   CHECK(accepts_connections(io, store.port()));
 
