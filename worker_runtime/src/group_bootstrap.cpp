@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -20,6 +22,9 @@ namespace muster {
 
 using detail::Clock;
 using detail::env;
+using detail::decode_info;
+using detail::encode_info;
+using detail::PeerInfo;
 using detail::RingPlan;
 using detail::throw_status;
 
@@ -53,18 +58,6 @@ std::string random_hex(int bytes) {
   return os.str();
 }
 
-struct PeerInfo {
-  std::string node;
-  pid_t pid = 0;
-};
-
-std::string encode_info(const PeerInfo& p) { return std::to_string(p.pid) + " " + p.node; }
-PeerInfo decode_info(const std::string& s, int rank) {
-  auto sp = s.find(' ');
-  if (sp == std::string::npos) throw Error("muster: rank " + std::to_string(rank) + " published a malformed record");
-  return PeerInfo{s.substr(sp + 1), static_cast<pid_t>(std::stol(s.substr(0, sp)))};
-}
-
 struct Hello {
   uint32_t magic;
   uint32_t ring;
@@ -73,6 +66,21 @@ struct Hello {
 };
 
 }  // namespace
+
+std::string detail::encode_info(const detail::PeerInfo& p) { return std::to_string(p.pid) + " " + p.node; }
+
+detail::PeerInfo detail::decode_info(const std::string& s, int rank) {
+  auto malformed = [&] {
+    return Error("muster: rank " + std::to_string(rank) + " published a malformed record '" + s.substr(0, 64) + "'");
+  };
+  auto sp = s.find(' ');
+  if (sp == std::string::npos || sp == 0) throw malformed();
+  char* end = nullptr;
+  errno = 0;
+  long pid = std::strtol(s.c_str(), &end, 10);
+  if (end != s.c_str() + sp || errno != 0 || pid <= 0 || pid > std::numeric_limits<pid_t>::max()) throw malformed();
+  return detail::PeerInfo{s.substr(sp + 1), static_cast<pid_t>(pid)};
+}
 
 void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
   auto settings = detail::read_group_settings(o);

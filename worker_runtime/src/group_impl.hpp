@@ -38,6 +38,16 @@ namespace detail {
 // The name of the next group made without one ("pg0", "pg1", ...).
 std::string next_unnamed_group_name();
 
+// What each rank publishes of itself when a group forms: its pid and its node
+// identity, as "<pid> <node>". decode_info() checks what another rank wrote
+// and throws Error naming that rank when it is malformed.
+struct PeerInfo {
+  std::string node;
+  pid_t pid = 0;
+};
+std::string encode_info(const PeerInfo& p);
+PeerInfo decode_info(const std::string& s, int rank);
+
 // A ring this rank is on, while it forms.
 struct RingPlan {
   uint32_t id = 0;           // 0: the flat ring; 1: the cross ring
