@@ -81,6 +81,7 @@ Status Agent::setup_rendezvous() {
   };
   member_ = std::make_unique<RendezvousMember>(io_, ep->host, ep->port, std::move(settings.value()), std::move(id),
                                                std::move(auth_key), core_, std::move(events));
+  if (is_static && cfg_.node_rank == 0) rdzv_host_->reserve_own_rank(0, member_->name());
   return planner_.resolve_executable(env_);
 }
 

@@ -10,7 +10,9 @@
 // the rendezvous has no port of its own but is reached through the workers'
 // store port (--master-port), which the StoreHost opens shared with it; is_host
 // plays no part there, as with torchrun's static backend, where node rank 0
-// listens whatever the configuration says. With an
+// listens whatever the configuration says; the agent reserves its own rank 0
+// there (reserve_own_rank), since a node claiming the rank of the one that
+// serves the port is the misconfigured one. With an
 // auth key every connection must prove it holds the key; without one, a
 // rendezvous reachable from other machines is warned about, once. The host
 // decides nothing about the job: the server (rendezvous/) does, and this
@@ -48,6 +50,13 @@ class RendezvousHost {
   // Serves the rendezvous behind store's port (bind, port): node rank 0 of
   // the static backend.
   Status open_static(StoreHost& store, const std::string& bind, int port);
+
+  // Keeps node rank `node_rank` of the hosted job for this node's member,
+  // named `node_name`, so that no other node can take it, even by joining
+  // first (the static backend's node rank 0; RendezvousServer::reserve_node_rank).
+  void reserve_own_rank(int node_rank, const std::string& node_name) {
+    if (server_) server_->reserve_node_rank(job_, node_rank, node_name);
+  }
 
   bool hosting() const { return server_ != nullptr; }
   // The port the rendezvous listens on: open_c10d()'s; 0 for the static

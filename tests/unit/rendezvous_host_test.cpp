@@ -1,12 +1,17 @@
 // RendezvousHost's contract (rendezvous_host.hpp): which node hosts the
-// rendezvous, a port another agent already serves, and the static backend's
-// port shared with the store.
+// rendezvous, a port another agent already serves, the static backend's port
+// shared with the store, and the node rank its host keeps for itself.
 #include <catch2/catch.hpp>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "exposure.hpp"
+#include "muster/rendezvous/client.hpp"
+#include "muster/rendezvous/protocol.hpp"
 #include "rendezvous_host.hpp"
 #include "store_host.hpp"
 
@@ -114,4 +119,86 @@ TEST_CASE("the static backend's node rank 0 serves the rendezvous behind the sto
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.message(), Catch::StartsWith("node rank 0 cannot serve --master-port " + std::to_string(held.port())));
   CHECK_FALSE(other.hosting());
+}
+
+namespace {
+
+// A node of a static job: a client that keeps what the rendezvous says to it.
+struct StaticNode {
+  StaticNode(boost::asio::io_context& io, int port, std::string name, int node_rank, std::function<void()> heard)
+      : name(std::move(name)), node_rank(node_rank) {
+    auto on_status = [this, heard](const Status& st) {
+      error = st;
+      heard();
+    };
+    client = std::make_shared<rendezvous::RendezvousClient>(
+        io, "127.0.0.1", port,
+        [this, heard](const nlohmann::json& m) {
+          if (m.value("type", "") == "waiting") return;  // progress, not an answer
+          messages.push_back(m);
+          heard();
+        },
+        on_status, on_status);
+  }
+  void join(std::function<void()> joined = [] {}) {
+    client->connect(std::chrono::seconds(20), [this, joined] {
+      rendezvous::JoinMessage j;
+      j.job = "job";
+      j.request.node_name = name;
+      j.request.address = "127.0.0.1";
+      j.request.node_rank = node_rank;
+      j.settings.min_nodes = j.settings.max_nodes = 2;
+      j.settings.static_ranks = true;
+      client->send(rendezvous::to_json(j));
+      joined();
+    });
+  }
+  std::string name;
+  int node_rank;
+  std::shared_ptr<rendezvous::RendezvousClient> client;
+  std::vector<nlohmann::json> messages;
+  std::optional<Status> error;
+};
+
+}  // namespace
+
+TEST_CASE("the static backend's node rank 0 keeps its rank: a node claiming it, even first, is turned away",
+          "[rdzv_host]") {
+  boost::asio::io_context io;
+  auto server = rendezvous::RendezvousServer::listen(io, "127.0.0.1", 0);
+  REQUIRE(server.ok());
+  server.value()->reserve_node_rank("job", 0, "host_0");
+  int port = server.value()->port();
+  // The twin joins first, alone; once it has its answer the owner of rank 0
+  // and node rank 1 join. The loop ends when both are assigned (or on an
+  // error); a twin that is never answered is a failure at the bound.
+  std::function<void()> check;
+  StaticNode twin(io, port, "twin_0", 0, [&] { check(); });
+  StaticNode host(io, port, "host_0", 0, [&] { check(); });
+  StaticNode other(io, port, "other_1", 1, [&] { check(); });
+  bool others_joined = false;
+  check = [&] {
+    if (twin.error || host.error || other.error) return io.stop();
+    if (!twin.messages.empty() && !others_joined) {
+      others_joined = true;
+      host.join([&] { other.join(); });
+    }
+    if (!host.messages.empty() && !other.messages.empty()) io.stop();
+  };
+  twin.join();
+  io.run_for(std::chrono::seconds(30));
+  for (auto* n : {&twin, &host, &other}) n->client->close();
+  server.value()->close();
+
+  REQUIRE_FALSE(twin.error);
+  REQUIRE(twin.messages.size() == 1);
+  CHECK(twin.messages[0]["type"] == "reject");
+  CHECK_THAT(twin.messages[0]["message"].get<std::string>(),
+             Catch::Contains("--node-rank=0 of node twin_0 is already taken by node host_0"));
+  REQUIRE(host.messages.size() == 1);
+  CHECK(host.messages[0]["type"] == "assign");
+  CHECK(host.messages[0]["group_rank"] == 0);
+  REQUIRE(other.messages.size() == 1);
+  CHECK(other.messages[0]["type"] == "assign");
+  CHECK(other.messages[0]["group_rank"] == 1);
 }

@@ -72,6 +72,13 @@ class RendezvousServer {
     key_ = std::make_shared<const auth::Key>(std::move(key));
   }
   bool requires_auth() const { return key_ != nullptr; }
+  // The static backend's node rank 0 serves the rendezvous and is a member of
+  // it: its rank in `job` belongs to `node_name` from the start, so another
+  // node claiming it is turned away whichever of the two joins first. Set
+  // before the first connection.
+  void reserve_node_rank(std::string job, int node_rank, std::string node_name) {
+    reserved_ = ReservedRank{std::move(job), node_rank, std::move(node_name)};
+  }
 
   int port() const { return sessions_.port(); }
   std::size_t jobs() const { return jobs_.size(); }
@@ -99,6 +106,11 @@ class RendezvousServer {
     TimePoint failure_at{};
   };
   static constexpr std::size_t kTombstoneMessage = 256;
+  struct ReservedRank {
+    std::string job;
+    int node_rank = 0;
+    std::string node_name;
+  };
   RendezvousServer(boost::asio::io_context& io, ServerLimits limits);
   void add_session(boost::asio::ip::tcp::socket socket, std::string already_read);
   void handle(Session& s, const std::string& payload);
@@ -118,6 +130,7 @@ class RendezvousServer {
   ServerLimits limits_;
   std::shared_ptr<const auth::Key> key_;
   std::shared_ptr<const auth::Key> previous_key_;
+  std::optional<ReservedRank> reserved_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
   // Node-based, so the expiry queue can point into it: each id is held once.
   std::map<std::string, Tombstone> tombstones_;
