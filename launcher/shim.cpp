@@ -1,9 +1,7 @@
 #include "shim.hpp"
 
 #include "muster/common/fd_io.hpp"
-#include "muster/common/log.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -13,51 +11,161 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
-#include <cstdio>
-#include <cstdlib>
+#include <cstdint>
 #include <cstring>
-#include <algorithm>
-#include <vector>
 #include <ctime>
-#include <fstream>
-#include <sstream>
 
 namespace muster::launcher {
+
+PreparedShim::PreparedShim(ShimSpec s) : spec(std::move(s)) {
+  argv.reserve(spec.argv.size() + 1);
+  for (auto& a : spec.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  envp.reserve(spec.envp.size() + 1);
+  for (auto& e : spec.envp) envp.push_back(e.data());
+  envp.push_back(nullptr);
+}
+
+// Everything below runs in the forked copy of the agent (shim.hpp): no heap,
+// no stdio or iostreams, no logging; fixed buffers on the stack.
 namespace {
 
 constexpr int kControlFd = 3;
+// Buffers for reading /proc: a children list, a directory, a stat line.
+constexpr std::size_t kProcReadBuffer = 4096;
+constexpr std::size_t kStatHead = 256;
 
-std::vector<pid_t> list_children() {
-  std::vector<pid_t> out;
-  pid_t self = getpid();
-  std::ifstream in("/proc/self/task/" + std::to_string(self) + "/children");
-  if (in) {
-    pid_t p = 0;
-    while (in >> p) out.push_back(p);
-    return out;
-  }
-  // Kernels without /proc/<pid>/task/<tid>/children: scan /proc for our children.
-  DIR* dir = opendir("/proc");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state = 0;
-    long ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == self) out.push_back(static_cast<pid_t>(pid));
-  }
-  closedir(dir);
+// Writes the decimal digits of v (>= 0) at out, returning the end.
+char* put_decimal(char* out, long v) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0 && n < static_cast<int>(sizeof digits));
+  while (n > 0) *out++ = digits[--n];
   return out;
+}
+
+// Copies s to out, stopping at end; returns where it stopped.
+char* put_text(char* out, const char* end, const char* s) {
+  while (*s != '\0' && out < end) *out++ = *s++;
+  return out;
+}
+
+int open_read(const char* path, int flags = 0) {
+  int fd;
+  do {
+    fd = open(path, O_RDONLY | O_CLOEXEC | flags);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+ssize_t read_some(int fd, char* buf, std::size_t len) {
+  ssize_t n;
+  do {
+    n = read(fd, buf, len);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+// Calls visit(name) for each entry of the directory open at dir_fd, read
+// with getdents64 into a fixed buffer. visit may close descriptors.
+template <class Visit>
+void for_each_entry(int dir_fd, Visit&& visit) {
+  alignas(8) char buf[kProcReadBuffer];
+  while (true) {
+    long n = syscall(SYS_getdents64, dir_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    for (long at = 0; at < n;) {
+      // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+      unsigned short reclen;
+      std::memcpy(&reclen, buf + at + 16, sizeof reclen);
+      if (reclen == 0) return;
+      visit(static_cast<const char*>(buf + at + 19));
+      at += reclen;
+    }
+  }
+}
+
+// A whole decimal number (> 0), or -1.
+long parse_pid(const char* s) {
+  long v = 0;
+  if (*s == '\0') return -1;
+  for (; *s != '\0'; ++s) {
+    if (*s < '0' || *s > '9' || v > (1L << 40)) return -1;
+    v = v * 10 + (*s - '0');
+  }
+  return v > 0 ? v : -1;
+}
+
+// The parent PID in /proc/<pid>/stat, or -1.
+long parent_of(long pid) {
+  char path[48] = "/proc/";
+  char* p = put_decimal(path + 6, pid);
+  std::memcpy(p, "/stat", 6);
+  int fd = open_read(path);
+  if (fd < 0) return -1;
+  char line[kStatHead + 1];
+  ssize_t n = read_some(fd, line, kStatHead);
+  close(fd);
+  if (n <= 0) return -1;
+  line[n] = '\0';
+  // "pid (comm) state ppid ...": comm may hold anything, so the last ')'
+  // ends it; the fields after it are numbers and one letter.
+  char* close_paren = std::strrchr(line, ')');
+  if (close_paren == nullptr || close_paren + 4 >= line + n) return -1;
+  const char* q = close_paren + 4;  // past ") S "
+  long v = 0;
+  bool any = false;
+  for (; *q >= '0' && *q <= '9'; ++q) {
+    v = v * 10 + (*q - '0');
+    any = true;
+  }
+  return any ? v : -1;
+}
+
+// Calls visit(pid) for each child of this process: from the kernel's
+// children list, or, on a kernel built without it, a scan of /proc.
+template <class Visit>
+void for_each_child(Visit&& visit) {
+  pid_t self = getpid();
+  char path[64] = "/proc/self/task/";
+  char* p = put_decimal(path + 16, self);
+  std::memcpy(p, "/children", 10);
+  if (int fd = open_read(path); fd >= 0) {
+    char buf[kProcReadBuffer];
+    long v = 0;
+    bool in_number = false;
+    while (true) {
+      ssize_t n = read_some(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buf[i] >= '0' && buf[i] <= '9') {
+          v = v * 10 + (buf[i] - '0');
+          in_number = true;
+        } else if (in_number) {
+          visit(static_cast<pid_t>(v));
+          v = 0;
+          in_number = false;
+        }
+      }
+    }
+    if (in_number) visit(static_cast<pid_t>(v));
+    close(fd);
+    return;
+  }
+  int dir = open_read("/proc", O_DIRECTORY);
+  if (dir < 0) return;
+  for_each_entry(dir, [&](const char* name) {
+    long pid = parse_pid(name);
+    if (pid > 0 && parent_of(pid) == self) visit(static_cast<pid_t>(pid));
+  });
+  close(dir);
 }
 
 void sleep_ms(int ms) {
@@ -72,40 +180,48 @@ void kill_everything(pid_t worker, pid_t keep) {
   for (int round = 0; round < 400; ++round) {
     if (worker > 0) kill(-worker, SIGKILL);
     bool others = false;
-    for (pid_t child : list_children()) {
-      if (child == keep) continue;
+    for_each_child([&](pid_t child) {
+      if (child == keep) return;
       others = true;
       kill(-child, SIGKILL);
       kill(child, SIGKILL);
       waitpid(child, nullptr, WNOHANG);
-    }
+    });
     if (keep <= 0) {
       while (waitpid(-1, nullptr, WNOHANG) > 0) {
       }
     }
-    if (!others && (keep > 0 || list_children().empty())) return;
+    if (others) {
+      sleep_ms(5);
+      continue;
+    }
+    if (keep > 0) return;
+    bool any = false;
+    for_each_child([&](pid_t) { any = true; });
+    if (!any) return;
     sleep_ms(5);
   }
 }
 
-// close_range(2) where the kernel has it (5.9+), else every fd /proc lists.
+// close_range(2) where the kernel has it (5.9+), else every fd /proc lists,
+// else every fd below the limit.
 void close_inherited_fds(int from) {
   if (syscall(SYS_close_range, from, ~0U, 0) == 0) return;
-  std::vector<int> fds;
-  if (DIR* dir = opendir("/proc/self/fd")) {
-    int own = dirfd(dir);
-    while (dirent* e = readdir(dir)) {
-      int fd = std::atoi(e->d_name);
-      if (fd >= from && fd != own) fds.push_back(fd);
-    }
-    closedir(dir);
-  } else {
-    rlimit lim{};
-    getrlimit(RLIMIT_NOFILE, &lim);
-    int top = lim.rlim_cur == RLIM_INFINITY ? 65536 : static_cast<int>(std::min<rlim_t>(lim.rlim_cur, 1 << 20));
-    for (int fd = from; fd < top; ++fd) fds.push_back(fd);
+  int dir = open_read("/proc/self/fd", O_DIRECTORY);
+  if (dir >= 0) {
+    // /proc lists descriptors in order, so closing those already listed
+    // leaves the rest of the listing as it was.
+    for_each_entry(dir, [&](const char* name) {
+      long fd = parse_pid(name);  // 0 is never above `from`
+      if (fd >= from && fd != dir) close(static_cast<int>(fd));
+    });
+    close(dir);
+    return;
   }
-  for (int fd : fds) close(fd);
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  int top = lim.rlim_cur == RLIM_INFINITY ? 65536 : static_cast<int>(std::min<rlim_t>(lim.rlim_cur, 1 << 20));
+  for (int fd = from; fd < top; ++fd) close(fd);
 }
 
 [[noreturn]] void exit_like(int wait_status) {
@@ -124,37 +240,45 @@ void close_inherited_fds(int from) {
   _exit(WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 1);
 }
 
-[[noreturn]] void exec_worker(const ShimSpec& spec, int signal_fd, pid_t shim) {
+// Writes "<what><detail><after>: <error text>" to stderr, one write.
+void say_failure(const char* what, const char* detail, const char* after, int err) {
+  char msg[1024];
+  const char* end = msg + sizeof msg - 1;
+  char* p = put_text(msg, end, what);
+  p = put_text(p, end, detail);
+  p = put_text(p, end, after);
+  p = put_text(p, end, ": ");
+  const char* why = strerrordesc_np(err);  // a constant string: no locale, no heap
+  p = put_text(p, end, why != nullptr ? why : "unknown error");
+  *p++ = '\n';
+  write_fully(STDERR_FILENO, msg, static_cast<std::size_t>(p - msg));
+}
+
+[[noreturn]] void exec_worker(const PreparedShim& shim, int signal_fd, pid_t shim_pid) {
   // A session of its own: the worker's PGID is its PID, as under torchrun.
   setsid();
   // Should the shim itself be killed (an outside SIGKILL, the OOM killer),
   // the worker goes with it rather than living on unsupervised.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != shim) _exit(137);
+  if (getppid() != shim_pid) _exit(137);
   close(kControlFd);
   close(signal_fd);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
 
-  std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : spec.envp) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  execve(spec.path.c_str(), argv.data(), envp.data());
+  execve(shim.spec.path.c_str(), shim.argv.data(), shim.envp.data());
   int err = errno;
-  std::string msg = "muster: cannot execute '" + spec.path + "': " + std::strerror(err) + "\n";
-  write_fully(STDERR_FILENO, msg.data(), msg.size());
+  say_failure("muster: cannot execute '", shim.spec.path.c_str(), "'", err);
   _exit(err == ENOENT ? 127 : 126);
 }
 
 }  // namespace
 
-void run_shim(const ShimSpec& spec) {
-  // The agent's log writer lives in a thread this forked copy does not have.
-  log::set_writer(nullptr);
+void run_shim(const PreparedShim& shim) {
+  // The shim never logs: the agent's log writer is a thread this copy does
+  // not have, and its queue takes the heap.
+  const ShimSpec& spec = shim.spec;
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     signal(sig, SIG_DFL);
@@ -182,11 +306,10 @@ void run_shim(const ShimSpec& spec) {
   pid_t shim_pid = getpid();
   pid_t worker = fork();
   if (worker < 0) {
-    std::string msg = std::string("muster: cannot start a worker process: ") + std::strerror(errno) + "\n";
-    write_fully(STDERR_FILENO, msg.data(), msg.size());
+    say_failure("muster: cannot start a worker process", "", "", errno);
     _exit(1);
   }
-  if (worker == 0) exec_worker(spec, sfd, shim_pid);
+  if (worker == 0) exec_worker(shim, sfd, shim_pid);
 
   int32_t pid32 = worker;
   write_fully(kControlFd, reinterpret_cast<const char*>(&pid32), sizeof pid32);
@@ -218,9 +341,9 @@ void run_shim(const ShimSpec& spec) {
         }
       }
       // Reap adopted orphans as they die; peek at the worker without reaping it.
-      for (pid_t child : list_children()) {
+      for_each_child([&](pid_t child) {
         if (child != worker) waitpid(child, nullptr, WNOHANG);
-      }
+      });
       siginfo_t si{};
       if (waitid(P_PID, static_cast<id_t>(worker), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == worker) {
         worker_done = true;

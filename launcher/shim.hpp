@@ -12,6 +12,11 @@
 //    adopted descendants, and exits with the worker's status (the same exit
 //    code, or death by the same signal), so the agent reads the worker's fate
 //    from the shim's pidfd.
+//  * The copy allocates nothing and takes no lock: another of the agent's
+//    threads may have held one (the heap's, a sanitizer's) at the fork, and in
+//    the copy nobody would ever release it. Everything the copy reads is made
+//    before the fork (PreparedShim); it calls only the kernel and
+//    async-signal-safe libc.
 #pragma once
 
 #include <string>
@@ -28,7 +33,20 @@ struct ShimSpec {
   std::vector<std::string> envp;   // KEY=VALUE
 };
 
+// A ShimSpec with argv and envp laid out as the NULL-ended arrays execve
+// takes. Made in the agent before the fork: the forked copy must not allocate.
+// The arrays point into `spec`, so it is neither copied nor moved.
+struct PreparedShim {
+  explicit PreparedShim(ShimSpec s);
+  PreparedShim(const PreparedShim&) = delete;
+  PreparedShim& operator=(const PreparedShim&) = delete;
+
+  ShimSpec spec;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
 // Runs in the child right after fork(), with all signals blocked. Never returns.
-[[noreturn]] void run_shim(const ShimSpec& spec);
+[[noreturn]] void run_shim(const PreparedShim& shim);
 
 }  // namespace muster::launcher

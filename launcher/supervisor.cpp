@@ -138,6 +138,8 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     spec.path = launch.path;
     spec.argv = launch.argv;
     spec.envp = launch.envp;
+    // Laid out for execve here: the forked copy must not touch the heap.
+    const PreparedShim prepared(std::move(spec));
 
     // All signals blocked across fork: the child must not run the agent's handlers.
     sigset_t all;
@@ -145,7 +147,7 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, &old);
     pid_t shim = fork();
-    if (shim == 0) run_shim(spec);
+    if (shim == 0) run_shim(prepared);
     int fork_errno = errno;
     sigprocmask(SIG_SETMASK, &old, nullptr);
     // The shim's ends are the shim's now.

@@ -1,11 +1,52 @@
 """Exit codes, restarts and the failure report, on the real binary."""
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
-from muster_testing import DATA, base_env, run_muster
+from muster_testing import DATA, SANITIZED, base_env, run_muster
 
 FAIL = str(DATA / "fail_worker.py")
+HEAP_TRAP = os.environ.get("MUSTER_HEAP_TRAP", "")
+HEAP_TRAP_PROBE = os.environ.get("MUSTER_HEAP_TRAP_PROBE", "")
+
+
+def heap_trap_env(**extra):
+    env = base_env(LD_PRELOAD=HEAP_TRAP, **extra)
+    if SANITIZED:
+        # The trap is loaded before the sanitizer's runtime, which it hooks.
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+    return env
+
+
+def test_heap_trap_ends_a_forked_child_that_allocates():
+    """The check on the next test's tool: without it loaded, the child that
+    allocates after fork exits 0; with it, with the trap's 86."""
+    plain = subprocess.run([HEAP_TRAP_PROBE], env=base_env(), capture_output=True, text=True, timeout=60)
+    assert (plain.returncode, plain.stdout.strip()) == (0, "0"), plain.stderr
+    trapped = subprocess.run([HEAP_TRAP_PROBE], env=heap_trap_env(), capture_output=True, text=True, timeout=60)
+    assert (trapped.returncode, trapped.stdout.strip()) == (0, "86"), trapped.stderr
+    assert "heap_trap: " in trapped.stderr and "in a forked child before exec" in trapped.stderr
+
+
+def test_the_shim_touches_no_heap_between_fork_and_exec(tmp_path):
+    """The shim is a fork of the multi-threaded agent: a lock that another
+    thread held at the fork (the heap's) stays held in it for ever, so code
+    there that allocates can hang the run. With heap_trap preloaded, any such
+    call ends the shim (or the worker before its exec) with code 86. Four
+    workers fail once and are restarted, each leaving a process behind that
+    its shim must find and kill: every path of the shim runs."""
+    r = run_muster(["--nproc-per-node=4", "--max-restarts=1", str(DATA / "orphan_maker.py"), str(tmp_path),
+                    "fail-first"], env=heap_trap_env())
+    assert "heap_trap" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    orphans = sorted(tmp_path.glob("orphan_*"))
+    assert len(orphans) == 8, [p.name for p in orphans]
+    # Each worker's shim killed and reaped the process the worker left behind.
+    for p in orphans:
+        pid = int(p.read_text())
+        assert not Path(f"/proc/{pid}").exists(), f"{p.name}: pid {pid} outlived its worker"
 
 
 def test_success_exits_0():
