@@ -240,6 +240,16 @@ void close_inherited_fds(int from) {
   _exit(WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 1);
 }
 
+// fork() runs the handlers libraries registered with pthread_atfork, code
+// that is no business of the shim's; _Fork (glibc 2.34) runs none.
+pid_t fork_plainly() {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+  return _Fork();
+#else
+  return fork();
+#endif
+}
+
 // Writes "<what><detail><after>: <error text>" to stderr, one write.
 void say_failure(const char* what, const char* detail, const char* after, int err) {
   char msg[1024];
@@ -284,7 +294,9 @@ void run_shim(const PreparedShim& shim) {
     signal(sig, SIG_DFL);
   }
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  prctl(PR_SET_NAME, "muster-shim");
+  // The system call itself: a sanitizer's prctl wrapper records PR_SET_NAME in
+  // its thread registry, under that registry's lock.
+  syscall(SYS_prctl, PR_SET_NAME, "muster-shim", 0, 0, 0);
   // Out of the agent's process group: a terminal's Ctrl-C reaches the agent,
   // which decides what the workers get.
   setpgid(0, 0);
@@ -304,7 +316,7 @@ void run_shim(const PreparedShim& shim) {
   int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
 
   pid_t shim_pid = getpid();
-  pid_t worker = fork();
+  pid_t worker = fork_plainly();
   if (worker < 0) {
     say_failure("muster: cannot start a worker process", "", "", errno);
     _exit(1);

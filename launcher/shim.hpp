@@ -15,8 +15,9 @@
 //  * The copy allocates nothing and takes no lock: another of the agent's
 //    threads may have held one (the heap's, a sanitizer's) at the fork, and in
 //    the copy nobody would ever release it. Everything the copy reads is made
-//    before the fork (PreparedShim); it calls only the kernel and
-//    async-signal-safe libc.
+//    before the fork (PreparedShim); it calls the kernel through libc's thin
+//    wrappers (a raw syscall where a sanitizer's wrapper would lock), and forks
+//    the worker with _Fork, which runs no pthread_atfork handlers.
 #pragma once
 
 #include <string>

@@ -2,10 +2,13 @@
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
-from muster_testing import DATA, SANITIZED, base_env, run_muster
+import pytest
+
+from muster_testing import DATA, SANITIZED, SLACK, base_env, run_muster, start_muster, wait_for
 
 FAIL = str(DATA / "fail_worker.py")
 HEAP_TRAP = os.environ.get("MUSTER_HEAP_TRAP", "")
@@ -13,6 +16,7 @@ HEAP_TRAP_PROBE = os.environ.get("MUSTER_HEAP_TRAP_PROBE", "")
 
 
 def heap_trap_env(**extra):
+    assert Path(HEAP_TRAP).is_file(), f"MUSTER_HEAP_TRAP={HEAP_TRAP!r} names no built heap_trap"
     env = base_env(LD_PRELOAD=HEAP_TRAP, **extra)
     if SANITIZED:
         # The trap is loaded before the sanitizer's runtime, which it hooks.
@@ -41,12 +45,43 @@ def test_the_shim_touches_no_heap_between_fork_and_exec(tmp_path):
                     "fail-first"], env=heap_trap_env())
     assert "heap_trap" not in r.stderr, r.stderr
     assert r.returncode == 0, r.stderr
-    orphans = sorted(tmp_path.glob("orphan_*"))
-    assert len(orphans) == 8, [p.name for p in orphans]
-    # Each worker's shim killed and reaped the process the worker left behind.
-    for p in orphans:
-        pid = int(p.read_text())
-        assert not Path(f"/proc/{pid}").exists(), f"{p.name}: pid {pid} outlived its worker"
+    records = read_orphans(tmp_path)
+    assert len(records) == 8, records
+    for name, rec in records.items():
+        assert rec["trap_in_shim"], f"{name}: heap_trap is not loaded in the shim"
+        # The worker's shim killed and reaped the process the worker left behind.
+        assert not Path(f"/proc/{rec['orphan']}").exists(), f"{name}: {rec} outlived its worker"
+
+
+def read_orphans(directory):
+    return {p.name: json.loads(p.read_text()) for p in directory.glob("orphan_*")}
+
+
+def test_shims_whose_agent_is_killed_touch_no_heap(tmp_path):
+    """The other way a shim ends: its agent dies (SIGKILL), the shim sees the
+    control socket close, kills its worker and what the worker left behind,
+    and exits. A shim that touched the heap would end at the trap and leave
+    those processes running."""
+    agent = start_muster(["--nproc-per-node=2", str(DATA / "orphan_maker.py"), str(tmp_path), "hold"],
+                         env=heap_trap_env())
+    try:
+        assert wait_for(lambda: len(read_orphans(tmp_path)) == 2, 30 * SLACK), agent.stderr
+        agent.kill()
+        agent.communicate(timeout=30 * SLACK)
+        records = read_orphans(tmp_path)
+        assert all(rec["trap_in_shim"] for rec in records.values()), records
+        pids = [rec[k] for rec in records.values() for k in ("worker", "orphan")]
+        assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), 30 * SLACK), records
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate(timeout=30 * SLACK)
+        for rec in read_orphans(tmp_path).values():  # what a failed run left
+            for pid in (rec["worker"], rec["orphan"]):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
 def test_success_exits_0():
@@ -134,10 +169,14 @@ def test_a_missing_program_is_a_clear_error():
     assert "cannot find 'no-such-program-anywhere' on PATH" in r.stderr
 
 
-def test_a_non_executable_program_fails_like_a_worker(tmp_path):
+@pytest.mark.parametrize("trapped", [False, True], ids=["plain", "under_heap_trap"])
+def test_a_non_executable_program_fails_like_a_worker(tmp_path, trapped):
+    # Under heap_trap: the forked worker's message about the failed exec is
+    # put together without the heap.
     script = tmp_path / "not_exec.sh"
     script.write_text("echo hi\n")
-    r = run_muster(["--no-python", str(script)])
+    r = run_muster(["--no-python", str(script)], env=heap_trap_env() if trapped else None)
     assert r.returncode == 1
-    assert "cannot execute" in r.stderr
+    assert f"muster: cannot execute '{script}': Permission denied" in r.stderr
     assert "exitcode  : 126" in r.stderr
+    assert "heap_trap" not in r.stderr

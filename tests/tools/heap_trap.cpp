@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 
 namespace {
@@ -53,7 +54,16 @@ void on_free(const volatile void*) {
   if (in_forked_child) trap("a free");
 }
 
-__attribute__((constructor)) void install_heap_hooks() { __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free); }
+__attribute__((constructor)) void install_heap_hooks() {
+  if (__sanitizer_install_malloc_and_free_hooks(on_malloc, on_free) == 0) {
+    // Not installed (the sanitizer's table of hooks is full): a trap that
+    // catches nothing must not let a test pass.
+    static constexpr char kMsg[] = "heap_trap: cannot install the sanitizer's allocation hooks\n";
+    ssize_t ignored = write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+    (void)ignored;
+    _exit(kTrapExitCode + 1);
+  }
+}
 
 }  // namespace
 
@@ -64,6 +74,8 @@ void* __libc_malloc(std::size_t);
 void* __libc_calloc(std::size_t, std::size_t);
 void* __libc_realloc(void*, std::size_t);
 void* __libc_memalign(std::size_t, std::size_t);
+void* __libc_valloc(std::size_t);
+void* __libc_pvalloc(std::size_t);
 void __libc_free(void*);
 
 void* malloc(std::size_t n) {
@@ -91,6 +103,7 @@ void* memalign(std::size_t alignment, std::size_t n) {
   return __libc_memalign(alignment, n);
 }
 
+// glibc 2.36's aligned_alloc is its memalign.
 void* aligned_alloc(std::size_t alignment, std::size_t n) {
   if (in_forked_child) trap("aligned_alloc");
   return __libc_memalign(alignment, n);
@@ -98,11 +111,23 @@ void* aligned_alloc(std::size_t alignment, std::size_t n) {
 
 int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
   if (in_forked_child) trap("posix_memalign");
-  if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) return 22;  // EINVAL
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) return EINVAL;
+  int saved = errno;  // posix_memalign reports through its result, never errno
   void* p = __libc_memalign(alignment, n);
-  if (p == nullptr) return 12;  // ENOMEM
+  errno = saved;
+  if (p == nullptr) return ENOMEM;
   *out = p;
   return 0;
+}
+
+void* valloc(std::size_t n) {
+  if (in_forked_child) trap("valloc");
+  return __libc_valloc(n);
+}
+
+void* pvalloc(std::size_t n) {
+  if (in_forked_child) trap("pvalloc");
+  return __libc_pvalloc(n);
 }
 }
 
