@@ -46,7 +46,11 @@ def test_the_shim_touches_no_heap_between_fork_and_exec(tmp_path):
     assert "heap_trap" not in r.stderr, r.stderr
     assert r.returncode == 0, r.stderr
     records = read_orphans(tmp_path)
-    assert len(records) == 8, records
+    # Every worker of the second attempt wrote its record; of the first, at
+    # least the one whose exit stopped the group (the others may have been
+    # stopped before they wrote).
+    assert {f"orphan_{rank}_1" for rank in range(4)} <= records.keys(), records
+    assert any(name.endswith("_0") for name in records), records
     for name, rec in records.items():
         assert rec["trap_in_shim"], f"{name}: heap_trap is not loaded in the shim"
         # The worker's shim killed and reaped the process the worker left behind.
