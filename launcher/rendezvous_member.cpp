@@ -292,58 +292,75 @@ void RendezvousMember::on_message(const json& raw) {
   const auto& m = decoded.value();
   last_heard_ = std::chrono::steady_clock::now();
   if (!std::holds_alternative<rendezvous::out::Reject>(m)) already_exists_since_.reset();
-  if (const auto* ack = std::get_if<rendezvous::HeartbeatAck>(&m)) {
-    lease_.acked(ack->seq);
-    arm_lease_timer();
-  } else if (const auto* a = std::get_if<rendezvous::out::Assign>(&m)) {
-    if (shutting_down()) return;
-    join_pending_ = false;
-    round_ = a->round;
-    assignment_ = *a;
-    // The join that brought this was heard: the lease runs from its sending.
-    lease_.renew(join_sent_at_);
-    arm_lease_timer();
-    outcome_.reset();
-    outcome_failure_.reset();
-    known_round_ = a->round;
-    known_restart_count_ = a->restart_count;
-    events_.assigned(*a);
-  } else if (const auto* res = std::get_if<rendezvous::out::Resumed>(&m)) {
-    lease_.renew(join_sent_at_);
-    arm_lease_timer();
-    // A warning, as the broken connection was: the reader learns it healed.
-    log::warning("[" + id_.role + "] back in round " + std::to_string(res->round) + " of job '" + id_.job + "' at " +
-                 rdzv_->address() + "; the workers went on running");
-  } else if (const auto* w = std::get_if<rendezvous::out::Waiting>(&m)) {
-    auto now = std::chrono::steady_clock::now();
-    if (!join_pending_ || now - last_progress_note_ < kWaitingNoteEvery) return;
-    last_progress_note_ = now;
-    log::warning("[" + id_.role + "] waiting for the rendezvous of job '" + id_.job + "' at " + rdzv_->address() +
-                 ": round " + std::to_string(w->round) + " has " + std::to_string(w->joined) + " of " +
-                 std::to_string(w->min_nodes) + ".." + std::to_string(w->max_nodes) + " nodes" +
-                 (w->waiting > 0 ? " (" + std::to_string(w->waiting) + " more waiting)" : std::string()) + "; " +
-                 seconds_of(std::chrono::duration_cast<std::chrono::seconds>(w->join_timeout_left)) +
-                 " left of join_timeout");
-  } else if (const auto* r = std::get_if<rendezvous::out::Restart>(&m)) {
-    known_round_ = r->next_round;
-    if (assignment_ && r->counts_as_failure) known_restart_count_ = assignment_->restart_count + 1;
-    assignment_.reset();
-    outcome_.reset();
-    if (shutting_down()) return;
-    log::warning("[" + id_.role + "] the job re-forms (" + rendezvous::log_excerpt(r->reason, 1000) +
-                 "); will restart worker group");
-    events_.restart();
-  } else if (const auto* fen = std::get_if<rendezvous::out::Fenced>(&m)) {
-    fence("the rendezvous dropped it (" + fen->reason + ")");
-  } else if (const auto* f = std::get_if<rendezvous::out::Finished>(&m)) {
-    if (!f->success && !shutting_down()) {
-      log::error("[" + id_.role + "] the job failed: " + rendezvous::log_excerpt(f->message, 1000));
-    }
-    std::optional<rendezvous::FailureInfo> root_cause;
-    if (!f->success && f->root_cause) root_cause = *f->root_cause;
-    events_.finish(f->success ? 0 : 1, root_cause);
-  } else if (const auto* rej = std::get_if<rendezvous::out::Reject>(&m);
-             rej && rej->code == Code::already_exists && within_stale_connection_window()) {
+  std::visit([this](const auto& message) { handle(message); }, m);
+}
+
+void RendezvousMember::handle(const rendezvous::HeartbeatAck& ack) {
+  lease_.acked(ack.seq);
+  arm_lease_timer();
+}
+
+void RendezvousMember::handle(const rendezvous::out::Assign& a) {
+  if (shutting_down()) return;
+  join_pending_ = false;
+  round_ = a.round;
+  assignment_ = a;
+  // The join that brought this was heard: the lease runs from its sending.
+  lease_.renew(join_sent_at_);
+  arm_lease_timer();
+  outcome_.reset();
+  outcome_failure_.reset();
+  known_round_ = a.round;
+  known_restart_count_ = a.restart_count;
+  events_.assigned(a);
+}
+
+void RendezvousMember::handle(const rendezvous::out::Resumed& res) {
+  lease_.renew(join_sent_at_);
+  arm_lease_timer();
+  // A warning, as the broken connection was: the reader learns it healed.
+  log::warning("[" + id_.role + "] back in round " + std::to_string(res.round) + " of job '" + id_.job + "' at " +
+               rdzv_->address() + "; the workers went on running");
+}
+
+void RendezvousMember::handle(const rendezvous::out::Waiting& w) {
+  auto now = std::chrono::steady_clock::now();
+  if (!join_pending_ || now - last_progress_note_ < kWaitingNoteEvery) return;
+  last_progress_note_ = now;
+  log::warning("[" + id_.role + "] waiting for the rendezvous of job '" + id_.job + "' at " + rdzv_->address() +
+               ": round " + std::to_string(w.round) + " has " + std::to_string(w.joined) + " of " +
+               std::to_string(w.min_nodes) + ".." + std::to_string(w.max_nodes) + " nodes" +
+               (w.waiting > 0 ? " (" + std::to_string(w.waiting) + " more waiting)" : std::string()) + "; " +
+               seconds_of(std::chrono::duration_cast<std::chrono::seconds>(w.join_timeout_left)) +
+               " left of join_timeout");
+}
+
+void RendezvousMember::handle(const rendezvous::out::Restart& r) {
+  known_round_ = r.next_round;
+  if (assignment_ && r.counts_as_failure) known_restart_count_ = assignment_->restart_count + 1;
+  assignment_.reset();
+  outcome_.reset();
+  if (shutting_down()) return;
+  log::warning("[" + id_.role + "] the job re-forms (" + rendezvous::log_excerpt(r.reason, 1000) +
+               "); will restart worker group");
+  events_.restart();
+}
+
+void RendezvousMember::handle(const rendezvous::out::Fenced& fen) {
+  fence("the rendezvous dropped it (" + fen.reason + ")");
+}
+
+void RendezvousMember::handle(const rendezvous::out::Finished& f) {
+  if (!f.success && !shutting_down()) {
+    log::error("[" + id_.role + "] the job failed: " + rendezvous::log_excerpt(f.message, 1000));
+  }
+  std::optional<rendezvous::FailureInfo> root_cause;
+  if (!f.success && f.root_cause) root_cause = *f.root_cause;
+  events_.finish(f.success ? 0 : 1, root_cause);
+}
+
+void RendezvousMember::handle(const rendezvous::out::Reject& rej) {
+  if (rej.code == Code::already_exists && within_stale_connection_window()) {
     // This node's identity is random: the member holding it is this node's
     // own old connection, which the rendezvous has not seen close yet. It
     // will within the dead-after window; try again shortly until then.
@@ -353,13 +370,16 @@ void RendezvousMember::on_message(const json& raw) {
       if (ec || left_) return;
       reconnect();
     });
-  } else {
-    const std::string& text = std::holds_alternative<rendezvous::out::Reject>(m)
-                                  ? std::get<rendezvous::out::Reject>(m).message
-                                  : std::get<rendezvous::ErrorMessage>(m).message;
-    on_error(Status(Code::unavailable,
-                    "the rendezvous at " + rdzv_->address() + " refused this node: " + rendezvous::log_excerpt(text, 2000)));
+    return;
   }
+  refused(rej.message);
+}
+
+void RendezvousMember::handle(const rendezvous::ErrorMessage& e) { refused(e.message); }
+
+void RendezvousMember::refused(const std::string& text) {
+  on_error(Status(Code::unavailable,
+                  "the rendezvous at " + rdzv_->address() + " refused this node: " + rendezvous::log_excerpt(text, 2000)));
 }
 
 void RendezvousMember::on_error(const Status& st) {

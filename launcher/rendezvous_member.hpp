@@ -121,7 +121,18 @@ class RendezvousMember {
   rendezvous::JoinMessage join_message() const;
   void send_join();
   void send_resume();
+  // Decodes a message and hands it to the handle() for its type.
   void on_message(const nlohmann::json& raw);
+  void handle(const rendezvous::HeartbeatAck& ack);
+  void handle(const rendezvous::out::Assign& a);
+  void handle(const rendezvous::out::Resumed& res);
+  void handle(const rendezvous::out::Waiting& w);
+  void handle(const rendezvous::out::Restart& r);
+  void handle(const rendezvous::out::Fenced& fen);
+  void handle(const rendezvous::out::Finished& f);
+  void handle(const rendezvous::out::Reject& rej);
+  void handle(const rendezvous::ErrorMessage& e);
+  void refused(const std::string& text);  // the rendezvous turned this node away: the member fails
   void on_error(const Status& st);
   void on_lost(const Status& st);
   void heartbeat_loop();

@@ -27,6 +27,11 @@ Status Rendezvous::validate(const JoinRequest& r) const {
       return invalid_argument("node " + r.node_name + " has no valid --node-rank: the static backend needs one in [0, " +
                               std::to_string(settings_.max_nodes) + ")");
     }
+    if (reserved_ && *r.node_rank == reserved_->node_rank && r.node_name != reserved_->node_name) {
+      return invalid_argument("--node-rank=" + std::to_string(*r.node_rank) + " of node " + r.node_name +
+                              " is already taken by node " + reserved_->node_name +
+                              ", which serves this rendezvous; give every node its own rank");
+    }
     for (MemberId p : participants_) {
       const auto& other = members_.at(p).request;
       if (other.node_rank == r.node_rank && other.node_name != r.node_name) {

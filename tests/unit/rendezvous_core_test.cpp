@@ -142,6 +142,35 @@ TEST_CASE("the static backend uses the node ranks it is given and waits for max"
   CHECK_FALSE(all<out::Reject>(job.join(5, "v", 1, "", false, 9)).empty());
 }
 
+TEST_CASE("the static backend's reserved node rank belongs to its owner even before it joins", "[rdzv]") {
+  Settings s = settings(2, 2);
+  s.static_ranks = true;
+  Job job(s);
+  job.rdzv.reserve_node_rank(0, "host_0");
+  // The twin comes first, alone: nobody holds rank 0 yet, and still it is refused.
+  auto twin = all<out::Reject>(job.join(1, "twin_0", 1, "", false, 0));
+  REQUIRE(twin.size() == 1);
+  CHECK(twin[0].code == muster::Code::invalid_argument);
+  CHECK(twin[0].message.find("--node-rank=0 of node twin_0 is already taken by node host_0, which serves this "
+                             "rendezvous") != std::string::npos);
+  job.agents.erase(1);
+  CHECK(job.rdzv.members() == 0);
+  // Another rank is the twin's to take; the owner takes its own.
+  CHECK(all<out::Reject>(job.join(2, "other_1", 1, "", false, 1)).empty());
+  auto assigns = all<out::Assign>(job.join(3, "host_0", 1, "", false, 0));
+  REQUIRE(assigns.size() == 2);
+  CHECK(assign_of(assigns, 3).group_rank == 0);
+  CHECK(assign_of(assigns, 2).group_rank == 1);
+}
+
+TEST_CASE("a reserved node rank means nothing to a job whose nodes are ranked by the rendezvous", "[rdzv]") {
+  Job job(settings(2, 2));
+  job.rdzv.reserve_node_rank(0, "host_0");
+  job.join(1, "twin_0", 1, "", false, 0);
+  auto assigns = all<out::Assign>(job.join(2, "other_1", 1, "", false, 1));
+  CHECK(assigns.size() == 2);
+}
+
 TEST_CASE("fewer than min nodes within join_timeout fails the joiners", "[rdzv]") {
   Job job(settings(3, 3));
   job.join(1, "n1");

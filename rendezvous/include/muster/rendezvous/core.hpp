@@ -235,6 +235,14 @@ class Rendezvous {
  public:
   explicit Rendezvous(Settings settings);
 
+  // The static backend's node rank 0 serves the rendezvous and is a member of
+  // it: `node_rank` belongs to `node_name` from the start, so another node
+  // claiming it is turned away whichever of the two joins first. Only a job
+  // with static ranks reads it.
+  void reserve_node_rank(int node_rank, std::string node_name) {
+    reserved_ = ReservedRank{node_rank, std::move(node_name)};
+  }
+
   std::vector<Output> join(MemberId member, const JoinRequest& request, TimePoint now);
   std::vector<Output> heartbeat(MemberId member, TimePoint now);
   // Where the round stands, for a member waiting for one (nullopt otherwise).
@@ -296,7 +304,13 @@ class Rendezvous {
   Status validate(const JoinRequest& r) const;
   std::string missing_text() const;
 
+  struct ReservedRank {
+    int node_rank = 0;
+    std::string node_name;
+  };
+
   Settings settings_;
+  std::optional<ReservedRank> reserved_;
   State state_ = State::forming;
   int round_ = 0;
   int restart_count_ = 0;

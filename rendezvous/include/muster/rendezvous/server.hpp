@@ -73,9 +73,9 @@ class RendezvousServer {
   }
   bool requires_auth() const { return key_ != nullptr; }
   // The static backend's node rank 0 serves the rendezvous and is a member of
-  // it: its rank in `job` belongs to `node_name` from the start, so another
-  // node claiming it is turned away whichever of the two joins first. Set
-  // before the first connection.
+  // it: its rank in `job` belongs to `node_name` from the start. The server
+  // hands the reservation to the job when it opens it; the rule itself is the
+  // core's (Rendezvous::reserve_node_rank). Set before the first connection.
   void reserve_node_rank(std::string job, int node_rank, std::string node_name) {
     reserved_ = ReservedRank{std::move(job), node_rank, std::move(node_name)};
   }
