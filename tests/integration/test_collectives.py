@@ -191,3 +191,31 @@ def test_ranks_that_disagree_on_the_segment_fail_cleanly():
     assert "ranks disagree on MUSTER_SHM_SLOT_BYTES" in outs[1][1]
     assert procs[0].returncode == 1, outs[0]
     assert "rank 0" in outs[0][1]
+
+
+def dynamic_symbols(library):
+    out = subprocess.run(["nm", "-D", "-C", "--defined-only", str(library)], capture_output=True, text=True,
+                         check=True, timeout=60 * SLACK).stdout
+    # "<address> <type> <name>"; the name may hold spaces ("typeinfo for ...").
+    return {line.split(" ", 2)[2] for line in out.splitlines() if line.count(" ") >= 2}
+
+
+def test_libmuster_exports_its_public_api_and_nothing_else():
+    library = Path(os.environ["MUSTER_BUILD_DIR"]) / "worker_runtime" / "libmuster.so"
+    assert library.exists(), library
+    names = dynamic_symbols(library)
+    # What the public headers declare is there, with the exceptions' typeinfo
+    # (a program catches muster::Error thrown inside the library).
+    for wanted in ["muster::init_process_group(muster::ProcessGroupOptions const&)", "muster::get_rank()",
+                   "muster::ProcessGroup::barrier()", "muster::DistributedSampler::indices() const",
+                   "muster::randperm(long, unsigned long)", "muster::nccl_built()", "typeinfo for muster::Error",
+                   "typeinfo for muster::TimeoutError", "vtable for muster::Error"]:
+        assert wanted in names, f"libmuster.so does not export {wanted}"
+    # Nothing else: no Boost.Asio or standard-library template instances, no
+    # store client, no internals, no Impl.
+    public = ("muster::", "typeinfo for muster::", "typeinfo name for muster::", "vtable for muster::")
+    internal = ("muster::detail::", "muster::store::", "muster::net::", "muster::log::", "muster::ProcessGroup::Impl",
+                "muster::NcclCommunicator::Impl")
+    leaked = sorted(n for n in names if not n.startswith(public) or any(n.startswith(p) or f" {p}" in n
+                                                                         for p in internal))
+    assert leaked == [], f"libmuster.so exports {len(leaked)} names beyond its API, e.g. {[n[:120] for n in leaked[:5]]}"

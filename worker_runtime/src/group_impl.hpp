@@ -61,7 +61,7 @@ struct RingPlan {
 
 }  // namespace detail
 
-struct ProcessGroup::Impl {
+struct MUSTER_HIDDEN ProcessGroup::Impl {
   int rank = 0;
   int world = 1;
   int local_rank = 0;

@@ -15,7 +15,7 @@ using Clock = std::chrono::steady_clock;
 
 bool nccl_built() { return true; }
 
-struct NcclCommunicator::Impl {
+struct MUSTER_HIDDEN NcclCommunicator::Impl {
   ProcessGroup group;
   int device = 0;
   ncclComm_t comm = nullptr;

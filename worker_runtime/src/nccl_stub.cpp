@@ -3,7 +3,7 @@
 
 namespace muster {
 
-struct NcclCommunicator::Impl {};
+struct MUSTER_HIDDEN NcclCommunicator::Impl {};
 
 bool nccl_built() { return false; }
 

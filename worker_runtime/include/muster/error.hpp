@@ -5,14 +5,16 @@
 
 #include <stdexcept>
 
+#include "muster/export.hpp"
+
 namespace muster {
 
-class Error : public std::runtime_error {
+class MUSTER_API Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 // A collective or the group's set-up ran past the group's timeout.
-class TimeoutError : public Error {
+class MUSTER_API TimeoutError : public Error {
  public:
   using Error::Error;
 };

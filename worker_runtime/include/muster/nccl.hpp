@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "muster/export.hpp"
 #include "muster/process_group.hpp"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
@@ -22,9 +23,9 @@ struct CUstream_st;  // cudaStream_t is CUstream_st*
 namespace muster {
 
 // Whether this libmuster has the NCCL backend.
-bool nccl_built();
+MUSTER_API bool nccl_built();
 
-class NcclCommunicator {
+class MUSTER_API NcclCommunicator {
  public:
   // device: the CUDA device this rank uses (-1: its local rank). Throws
   // muster::Error when libmuster lacks NCCL or the device does not exist.

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "muster/error.hpp"
+#include "muster/export.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -33,20 +34,20 @@ namespace muster {
 enum class DataType { float32, float64, int32, int64, bfloat16, float16 };
 enum class ReduceOp { sum, avg, min, max, prod };
 
-std::size_t element_size(DataType type);
-const char* data_type_name(DataType type);
-const char* reduce_op_name(ReduceOp op);
+MUSTER_API std::size_t element_size(DataType type);
+MUSTER_API const char* data_type_name(DataType type);
+MUSTER_API const char* reduce_op_name(ReduceOp op);
 
 // IEEE binary16 and bfloat16 as 16-bit storage types (what torch.float16 and
 // torch.bfloat16 hold). Arithmetic goes through float; conversions round to
 // nearest even.
-struct Half {
+struct MUSTER_API Half {
   uint16_t bits = 0;
   Half() = default;
   explicit Half(float f);
   explicit operator float() const;
 };
-struct BFloat16 {
+struct MUSTER_API BFloat16 {
   uint16_t bits = 0;
   BFloat16() = default;
   explicit BFloat16(float f);
@@ -94,7 +95,7 @@ struct ProcessGroupOptions {
   std::string name;
 };
 
-class ProcessGroup {
+class MUSTER_API ProcessGroup {
  public:
   // Forms the group: connects to (or starts) the store, exchanges addresses,
   // maps the node's shared memory and connects the TCP rings. Every rank calls
@@ -171,13 +172,13 @@ class ProcessGroup {
 };
 
 // torch.distributed's module-level style: one default group per process.
-ProcessGroup init_process_group(const ProcessGroupOptions& options = {});
-void destroy_process_group();
-bool is_initialized();
+MUSTER_API ProcessGroup init_process_group(const ProcessGroupOptions& options = {});
+MUSTER_API void destroy_process_group();
+MUSTER_API bool is_initialized();
 // Throws muster::Error when no default group is initialized.
-ProcessGroup default_group();
-int get_rank();
-int get_world_size();
-int get_local_rank();
+MUSTER_API ProcessGroup default_group();
+MUSTER_API int get_rank();
+MUSTER_API int get_world_size();
+MUSTER_API int get_local_rank();
 
 }  // namespace muster

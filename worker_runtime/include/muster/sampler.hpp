@@ -5,6 +5,7 @@
 #pragma once
 
 #include "muster/error.hpp"
+#include "muster/export.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +17,7 @@ class ProcessGroup;
 
 // torch.randperm(n, generator=torch.Generator().manual_seed(seed)) on the CPU.
 // The generator keeps the low 32 bits of the seed, as torch's does.
-std::vector<int64_t> randperm(int64_t n, uint64_t seed);
+MUSTER_API std::vector<int64_t> randperm(int64_t n, uint64_t seed);
 
 struct SamplerOptions {
   bool shuffle = true;
@@ -24,7 +25,7 @@ struct SamplerOptions {
   bool drop_last = false;
 };
 
-class DistributedSampler {
+class MUSTER_API DistributedSampler {
  public:
   // Throws muster::Error for num_replicas < 1 or rank outside [0, num_replicas).
   DistributedSampler(std::size_t dataset_size, int num_replicas, int rank, SamplerOptions options = {});
