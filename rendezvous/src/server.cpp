@@ -484,13 +484,6 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
     auto live = jobs_.find(s.job->id);
     if (live == jobs_.end() || live->second != s.job) s.job.reset();
   }
-  if (reserved_ && m.settings.static_ranks && m.job == reserved_->job && m.request.node_rank == reserved_->node_rank &&
-      m.request.node_name != reserved_->node_name) {
-    return reject(Code::invalid_argument, "--node-rank=" + std::to_string(reserved_->node_rank) + " of node " +
-                                              log_excerpt(m.request.node_name, 128) + " is already taken by node " +
-                                              reserved_->node_name +
-                                              ", which serves this rendezvous; give every node its own rank");
-  }
   std::shared_ptr<Job> job = s.job;
   if (job == nullptr) {
     auto it = jobs_.find(m.job);
