@@ -506,7 +506,7 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
                                            " open jobs, its limit; try again when one has finished");
     } else {
       job = std::make_shared<Job>(io_, m.job, m.settings);
-      if (reserved_ && reserved_->job == m.job) job->rdzv.reserve_node_rank(reserved_->node_rank, reserved_->node_name);
+      if (reserved_ && reserved_->job == m.job) job->rdzv.reserve_node_rank(reserved_->rank);
       jobs_.emplace(m.job, job);
       log::info("rendezvous: job '" + log_excerpt(m.job, 64) + "' created for " +
                 std::to_string(m.settings.min_nodes) + ":" + std::to_string(m.settings.max_nodes) + " nodes");

@@ -146,7 +146,7 @@ TEST_CASE("the static backend's reserved node rank belongs to its owner even bef
   Settings s = settings(2, 2);
   s.static_ranks = true;
   Job job(s);
-  job.rdzv.reserve_node_rank(0, "host_0");
+  job.rdzv.reserve_node_rank({0, "host_0"});
   // The twin comes first, alone: nobody holds rank 0 yet, and still it is refused.
   auto twin = all<out::Reject>(job.join(1, "twin_0", 1, "", false, 0));
   REQUIRE(twin.size() == 1);
@@ -165,7 +165,7 @@ TEST_CASE("the static backend's reserved node rank belongs to its owner even bef
 
 TEST_CASE("a reserved node rank means nothing to a job whose nodes are ranked by the rendezvous", "[rdzv]") {
   Job job(settings(2, 2));
-  job.rdzv.reserve_node_rank(0, "host_0");
+  job.rdzv.reserve_node_rank({0, "host_0"});
   job.join(1, "twin_0", 1, "", false, 0);
   auto assigns = all<out::Assign>(job.join(2, "other_1", 1, "", false, 1));
   CHECK(assigns.size() == 2);

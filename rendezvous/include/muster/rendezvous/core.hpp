@@ -77,6 +77,12 @@ struct Settings {
   Duration dead_after() const { return keep_alive_interval * keep_alive_max_attempt; }
 };
 
+// A node rank that belongs to one node before it joins (Rendezvous::reserve_node_rank).
+struct ReservedRank {
+  int node_rank = 0;
+  std::string node_name;
+};
+
 // How a member's workers failed: what the job-wide report needs.
 struct FailureInfo {
   int global_rank = 0;
@@ -239,9 +245,7 @@ class Rendezvous {
   // it: `node_rank` belongs to `node_name` from the start, so another node
   // claiming it is turned away whichever of the two joins first. Only a job
   // with static ranks reads it.
-  void reserve_node_rank(int node_rank, std::string node_name) {
-    reserved_ = ReservedRank{node_rank, std::move(node_name)};
-  }
+  void reserve_node_rank(ReservedRank reserved) { reserved_ = std::move(reserved); }
 
   std::vector<Output> join(MemberId member, const JoinRequest& request, TimePoint now);
   std::vector<Output> heartbeat(MemberId member, TimePoint now);
@@ -303,11 +307,6 @@ class Rendezvous {
   std::vector<MemberId> rank_order() const;
   Status validate(const JoinRequest& r) const;
   std::string missing_text() const;
-
-  struct ReservedRank {
-    int node_rank = 0;
-    std::string node_name;
-  };
 
   Settings settings_;
   std::optional<ReservedRank> reserved_;

@@ -77,7 +77,7 @@ class RendezvousServer {
   // hands the reservation to the job when it opens it; the rule itself is the
   // core's (Rendezvous::reserve_node_rank). Set before the first connection.
   void reserve_node_rank(std::string job, int node_rank, std::string node_name) {
-    reserved_ = ReservedRank{std::move(job), node_rank, std::move(node_name)};
+    reserved_ = JobReservation{std::move(job), ReservedRank{node_rank, std::move(node_name)}};
   }
 
   int port() const { return sessions_.port(); }
@@ -106,10 +106,9 @@ class RendezvousServer {
     TimePoint failure_at{};
   };
   static constexpr std::size_t kTombstoneMessage = 256;
-  struct ReservedRank {
+  struct JobReservation {
     std::string job;
-    int node_rank = 0;
-    std::string node_name;
+    ReservedRank rank;  // handed to the job when it opens
   };
   RendezvousServer(boost::asio::io_context& io, ServerLimits limits);
   void add_session(boost::asio::ip::tcp::socket socket, std::string already_read);
@@ -130,7 +129,7 @@ class RendezvousServer {
   ServerLimits limits_;
   std::shared_ptr<const auth::Key> key_;
   std::shared_ptr<const auth::Key> previous_key_;
-  std::optional<ReservedRank> reserved_;
+  std::optional<JobReservation> reserved_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
   // Node-based, so the expiry queue can point into it: each id is held once.
   std::map<std::string, Tombstone> tombstones_;
