@@ -133,9 +133,8 @@ Status refuse_python_plugins(const ParsedArgs& args, LaunchConfig& cfg) {
                             "--local-ranks-filter instead");
   }
   if (has(args, "numa_binding")) {
-    return invalid_argument(
-        "--numa-binding is not supported by muster yet; bind each worker yourself, e.g. "
-        "--no-python numactl --cpunodebind=N --membind=N python -u train.py");
+    // argparse checked the choices.
+    cfg.numa_binding = numa::parse_mode(get(args, "numa_binding"));
   }
   // torch's registered handlers (torch/distributed/elastic/events/handlers.py).
   cfg.event_log_handler = get(args, "event_log_handler");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "numa_binding.hpp"
 #include "std_spec.hpp"
 
 namespace muster::launcher {
@@ -46,6 +47,11 @@ struct LaunchConfig {
   std::vector<int> signal_numbers;  // the parsed form of signals_to_handle
   int shutdown_timeout = 30;
   bool virtual_local_rank = false;
+  // --numa-binding: bind each worker to the CPUs near its GPU (numa_binding.hpp).
+  std::optional<numa::Mode> numa_binding;
+  // The CPUs of each local rank's worker under --numa-binding, computed once
+  // before any worker starts (empty: no binding).
+  std::vector<numa::CpuSet> worker_cpus;
   // muster's own: the rendezvous's shared secret ("": from the environment).
   std::string auth_key_file;
   // torchrun's file-based watchdog (TORCHELASTIC_ENABLE_FILE_TIMER=1): the

@@ -67,6 +67,7 @@ Result<std::vector<LaunchPlanner::Worker>> LaunchPlanner::launches(const Environ
     auto env = build_worker_env(env_, group, lr, error_file, cfg_.virtual_local_rank);
     if (!env.ok()) return env.status();
     w.envp = to_envp(env.value());
+    if (lr < static_cast<int>(cfg_.worker_cpus.size())) w.cpu_mask = numa::to_mask(cfg_.worker_cpus[lr]);
 
     bool shown = !cfg_.local_ranks_filter || cfg_.local_ranks_filter->count(lr) > 0;
     std::string prefix = "[" + cfg_.role + std::to_string(lr) + "]:";

@@ -17,6 +17,8 @@
 #include "agent.hpp"
 #include "agent_metrics.hpp"
 #include "cli.hpp"
+#include "cuda_devices.hpp"
+#include "numa_binding.hpp"
 #include "python_env.hpp"
 #include "muster/metrics/http.hpp"
 #include "muster/common/version.hpp"
@@ -42,6 +44,35 @@ int usable_cpus() {
     if (n > 0) return n;
   }
   return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+// --numa-binding: each local rank's CPUs on this machine, from the CUDA
+// driver's GPUs, the machine's topology (under HWLOC_FSROOT when set) and the
+// agent's own affinity.
+muster::Result<std::vector<muster::launcher::numa::Binding>> plan_numa_binding(
+    muster::launcher::numa::Mode mode, int nproc, const Environment& env) {
+  namespace numa = muster::launcher::numa;
+  numa::Machine machine;
+  auto gpus = muster::launcher::cuda_pci_addresses();
+  if (!gpus.ok()) return gpus.status();
+  if (gpus->empty()) {
+    auto cvd = env.find("CUDA_VISIBLE_DEVICES");
+    return muster::invalid_argument(
+        std::string("--numa-binding binds each worker to the CPUs near its GPU, and the CUDA driver shows no GPU") +
+        (cvd != env.end() ? " (CUDA_VISIBLE_DEVICES='" + cvd->second + "')" : std::string()) +
+        "; drop --numa-binding on a machine without GPUs");
+  }
+  machine.gpu_pci = std::move(gpus.value());
+  auto allowed = numa::own_affinity();
+  if (!allowed.ok()) return allowed.status();
+  machine.allowed = std::move(allowed.value());
+  auto topology = numa::open_topology();
+  if (!topology.ok()) {
+    // hwloc failed where sysfs may not: torch reads sysfs alone.
+    muster::log::warning("--numa-binding: " + topology.status().message() + "; reading sysfs instead");
+    topology = numa::open_topology(numa::Backend::sysfs);
+  }
+  return numa::plan(mode, nproc, *topology.value(), machine);
 }
 
 std::string environment_python() {
@@ -176,6 +207,19 @@ int main(int argc, char** argv) {
   }
   for (const auto& w : cfg->warnings) muster::log::warning(w);
   for (const auto& n : cfg->notices) std::fprintf(stderr, "muster: %s\n", n.c_str());
+  if (cfg->numa_binding) {
+    // Once, before the rendezvous: a binding that cannot be made ends the
+    // launch (exit 1), and is never a restart.
+    auto bindings = plan_numa_binding(*cfg->numa_binding, cfg->nproc_per_node, env);
+    if (!bindings.ok()) {
+      std::fprintf(stderr, "muster: error: %s\n", bindings.status().message().c_str());
+      return 1;
+    }
+    for (const auto& b : bindings.value()) {
+      muster::log::info(muster::launcher::numa::describe(*cfg->numa_binding, b));
+      cfg->worker_cpus.push_back(b.cpus);
+    }
+  }
   if (cfg->set_omp_num_threads) {
     env["OMP_NUM_THREADS"] = "1";
     muster::log::warning(kOmpBanner);

@@ -276,6 +276,14 @@ void say_failure(const char* what, const char* detail, const char* after, int er
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (!shim.spec.cpu_mask.empty() &&
+      syscall(SYS_sched_setaffinity, 0, shim.spec.cpu_mask.size() * sizeof(unsigned long),
+              shim.spec.cpu_mask.data()) != 0) {
+    // The CPUs were the agent's own when it planned the binding: a cpuset
+    // that shrank since then leaves none of them.
+    say_failure("muster: cannot bind the worker to its --numa-binding CPUs", "", "", errno);
+    _exit(126);
+  }
 
   execve(shim.spec.path.c_str(), shim.argv.data(), shim.envp.data());
   int err = errno;

@@ -32,6 +32,9 @@ struct ShimSpec {
   std::string path;                // resolved executable
   std::vector<std::string> argv;   // argv[0] included
   std::vector<std::string> envp;   // KEY=VALUE
+  // sched_setaffinity's mask for the worker, applied before exec so that the
+  // worker and all it starts inherit it (empty: the agent's affinity).
+  std::vector<unsigned long> cpu_mask;
 };
 
 // A ShimSpec with argv and envp laid out as the NULL-ended arrays execve

@@ -138,6 +138,7 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     spec.path = launch.path;
     spec.argv = launch.argv;
     spec.envp = launch.envp;
+    spec.cpu_mask = launch.cpu_mask;
     // Laid out for execve here: the forked copy must not touch the heap.
     const PreparedShim prepared(std::move(spec));
 

@@ -37,6 +37,8 @@ struct WorkerLaunch {
   std::vector<std::string> envp;
   StreamPlan out;
   StreamPlan err;
+  // The CPUs the worker is bound to, as sched_setaffinity's mask (empty: the agent's).
+  std::vector<unsigned long> cpu_mask;
 };
 
 struct WorkerExit {
