@@ -66,7 +66,9 @@ const std::vector<OptionSpec>& option_table() {
        "Not supported: Python LogsSpecs plugins."},
       {{"--numa-binding", "--numa_binding"}, Kind::value, Type::str, false, std::nullopt,
        {"node", "socket", "exclusive", "core-complex"},
-       "Bind each worker to the CPUs near the GPU of its local rank (sched_setaffinity; no numactl needed)."},
+       "Bind each worker to the CPUs near the GPU of its local rank, by torch's rules (node: the GPU's NUMA "
+       "node; socket: its socket's nodes; exclusive: a share of the node's physical cores; core-complex: one "
+       "last-level cache's CPUs); applied with sched_setaffinity, no numactl needed (docs/numa.md)."},
       {{"--signals-to-handle", "--signals_to_handle"}, Kind::value, Type::str, true,
        "SIGTERM,SIGINT,SIGHUP,SIGQUIT", {},
        "Comma list of signals the agent forwards to the workers."},

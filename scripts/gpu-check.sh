@@ -7,7 +7,9 @@
 # It builds muster with CUDA and NCCL against .gpu-deps into build-gpu/, runs
 # the NCCL test (tests/integration/test_nccl.py), examples/ddp_cuda on every
 # GPU, and bench/allreduce/nccl_run.py (libmuster's NCCL all_reduce beside
-# torch's dist.all_reduce on NCCL). Bounded: each step has a time limit, the
+# torch's dist.all_reduce on NCCL), and --numa-binding in each mode (every
+# worker's CPUs equal those torch's own rules give its GPU on this machine;
+# tests/data/gpu_numa_check.py). Bounded: each step has a time limit, the
 # whole fits in 8 minutes on a 16-core machine. Results go to stdout and, when
 # $OUT is set, to $OUT/gpu-check.txt. Exit status: the first failing step's.
 set -uo pipefail
@@ -45,6 +47,7 @@ ddp_out=$(mktemp -d)
 trap 'rm -rf "$ddp_out"' EXIT
 run ddp_cuda 120 "$MUSTER_BIN" --standalone --nproc-per-node=gpu --no-python build-gpu/examples/ddp_cuda/ddp_cuda \
   "$ddp_out" || keep
+run numa-binding 120 "$py" tests/data/gpu_numa_check.py "$MUSTER_BIN" || keep
 run nccl-bench 300 "$py" bench/allreduce/nccl_run.py --muster "$MUSTER_BIN" --bench build-gpu/bench/nccl_bench \
   --python "$(command -v "$py")" --timeout 140 || keep
 say "done: exit $status"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything muster needs to build and test on Debian 12, as root:
 # the compiler and CMake, Boost.Asio (Boost 1.81), nlohmann/json, CLI11 and
-# Catch2 and OpenSSL's libcrypto from Debian; clang with its libFuzzer runtime for the fuzz targets;
+# Catch2, OpenSSL's libcrypto and hwloc (--numa-binding) from Debian; clang with its libFuzzer runtime for the fuzz targets;
 # Debian's python3-torch 1.13 for the older-dialect tests; systemd (systemd-analyze), file and
 # dpkg-dev and lintian for the unit and Debian package tests; Slurm (slurmctld, slurmd, its
 # clients) and munge for the test on a real two-node Slurm cluster (tests/integration/test_slurm.py,
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
-  libboost1.81-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev
+  libboost1.81-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev libhwloc-dev
   python3 python3-venv python3-pip python3-torch python3-numpy
   util-linux procps iproute2 man-db groff-base
   systemd file dpkg-dev lintian

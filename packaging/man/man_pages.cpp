@@ -95,7 +95,10 @@ std::string muster_page() {
        "neither of the above is set.\n"
        ".TP\n.B TORCH_ELASTIC_SHUTDOWN_TIMEOUT\nseconds between the stop signal and SIGKILL (default 30).\n"
        ".TP\n.B PYTHON_EXEC\nthe interpreter that runs a Python training script.\n"
-       ".TP\n.B LOGLEVEL\nthe agent's log level (default WARNING).\n";
+       ".TP\n.B LOGLEVEL\nthe agent's log level (default WARNING).\n"
+       ".TP\n.B CUDA_VISIBLE_DEVICES\\fR, \\fBCUDA_DEVICE_ORDER\n\\fB\\-\\-numa\\-binding\\fR binds local rank \\fIi\\fR "
+       "by the GPU the CUDA driver calls device \\fIi\\fR under them.\n"
+       ".TP\n.B HWLOC_FSROOT\nwhere \\fB\\-\\-numa\\-binding\\fR reads the machine's topology (default /).\n";
   p += ".SH EXIT STATUS\n0 when every worker succeeded; 1 when the job failed, a signal ended it, or the "
        "configuration is refused after parsing; 2 for a command line that does not parse.\n";
   p += ".SH SEE ALSO\n.BR musterd (8),\n.BR musterctl (1),\n.BR torchrun (1)\n";
