@@ -335,7 +335,8 @@ Result<CpuSet> SysfsTopology::node_cpus(int node) const {
   auto cpus = read_cpu_list(file);
   if (!cpus.ok() && cpus.status().code() == Code::not_found) {
     return invalid_argument("cannot determine the CPUs of NUMA node " + std::to_string(node) + " (" +
-                            cpus.status().message() + "); is the node offline?");
+                            cpus.status().message() + "); the node seems offline: use --numa-binding=node or "
+                            "exclusive, which look at the GPU's own node only");
   }
   return cpus;
 }

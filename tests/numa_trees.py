@@ -155,6 +155,10 @@ def machines():
         "cpuless_nodes": _build("cpuless_nodes", sockets=2, nodes_per_socket=1, cores_per_node=16, smt=1,
                                 ccx_cores=None, gpus_on_nodes=[0, 0, 1, 2, 1], cpuless=2, offline=1,
                                 pci_numa={1: -1}),
+        # Two sockets, three nodes online (two on the first), a fourth offline (in node/possible,
+        # without a folder): torch's socket mode fails on it, its other modes do not.
+        "offline_node": _build("offline_node", sockets=2, nodes_per_socket=2, cores_per_node=[8, 8, 8], smt=2,
+                               ccx_cores=4, gpus_on_nodes=[0, 1, 2, 2], offline=1),
     }
 
 
