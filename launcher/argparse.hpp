@@ -46,6 +46,7 @@ struct OptionSpec {
   std::optional<std::string> default_value;  // nullopt: None
   std::vector<std::string> choices;
   std::string help;
+  bool torchrun = true;  // false: muster's own option, which torchrun does not have
 
   // argparse's dest: the first long option string, dashes to underscores.
   std::string dest() const {

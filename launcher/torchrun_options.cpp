@@ -78,14 +78,14 @@ const std::vector<OptionSpec>& option_table() {
        "LOCAL_RANK=0 for every worker, each worker seeing its own CUDA_VISIBLE_DEVICES entry."},
       {{"--auth-key-file", "--auth_key_file"}, Kind::value, Type::str, false, std::nullopt, {},
        "A file holding the rendezvous's shared secret (default: $MUSTER_AUTH_KEY_FILE, then systemd's "
-       "credential muster-auth-key); every agent of the job and its rendezvous need the same one."},
+       "credential muster-auth-key); every agent of the job and its rendezvous need the same one.", false},
       {{"--metrics-listen", "--metrics_listen"}, Kind::value, Type::str, false, std::nullopt, {},
        "ADDR[:PORT] to serve the agent's Prometheus metrics on (GET /metrics; port 9401 by default; "
-       "default: $MUSTER_METRICS_LISTEN, else none)."},
+       "default: $MUSTER_METRICS_LISTEN, else none).", false},
       {{"--worker-timeout", "--worker_timeout"}, Kind::value, Type::str, false, std::nullopt, {},
        "Seconds a worker may go without progress (a byte on stdout or stderr, a request on the store this "
        "agent hosts, a file-timer request) before it is taken for hung and the group fails as on a crash "
-       "(default: $MUSTER_WORKER_TIMEOUT, else 0: never)."},
+       "(default: $MUSTER_WORKER_TIMEOUT, else 0: never).", false},
   };
   return table;
 }
@@ -115,15 +115,26 @@ std::vector<OptionDoc> option_docs() {
 std::string usage_text(const std::string& prog) { return argparse::usage(option_table(), prog); }
 
 std::string help_text(const std::string& prog) {
+  // torchrun's options, then muster's own.
+  argparse::Table torchrun;
+  argparse::Table own;
+  std::string own_names;
+  for (const auto& spec : option_table()) {
+    bool mine = !spec.torchrun;
+    (mine ? own : torchrun).push_back(spec);
+    if (mine) own_names += (own_names.empty() ? "" : ", ") + spec.names.front();
+  }
   std::string out = usage_text(prog);
   out +=
       "\nmuster: the torchrun-compatible launcher for distributed training. Every torchrun option also\n"
-      "reads its default from PET_<NAME> (e.g. PET_NPROC_PER_NODE); muster's own (--auth-key-file,\n"
-      "--metrics-listen) read the MUSTER_* variable their help names.\n\n"
+      "reads its default from PET_<NAME> (e.g. PET_NPROC_PER_NODE); muster's own (" + own_names + ")\n"
+      "read the MUSTER_* variable their help names.\n\n"
       "positional arguments:\n"
       "  training_script       the program or script to run in every worker, followed by its arguments\n"
       "  training_script_args\n\noptions:\n";
-  return out + argparse::options_help(option_table());
+  out += argparse::options_help(torchrun);
+  out += "\nmuster's own options (not torchrun's):\n";
+  return out + argparse::options_help(own);
 }
 
 }  // namespace muster::launcher

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds muster. `scripts/build.sh` gives build/; `scripts/build.sh asan` gives
 # build-asan/ with AddressSanitizer and UndefinedBehaviorSanitizer.
+. "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-normal}

@@ -6,10 +6,14 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (default 60 s; every target)
 # Prints the executions run and the crashes found per target; exits 1 on a
 # crash, whose input is left in build-fuzz/artifacts/.
+. "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
+case "$seconds" in
+  '' | *[!0-9]*) echo "fuzz: SECONDS must be a whole number of seconds, not '$seconds' (scripts/fuzz.sh --help)" >&2; exit 2 ;;
+esac
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(frames store_request sessions cli)
 cmake=$(command -v /usr/bin/cmake || command -v cmake)

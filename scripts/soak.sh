@@ -5,6 +5,7 @@
 # Each run is `.ci/run` as CI runs it (install script, normal and ASan+UBSan
 # builds, every CTest suite, the fuzzers); the first failing run stops the soak.
 # Progress, one line a run, goes to stdout; each run's output to DIR/runN.log.
+. "$(dirname "$0")/lib/help.sh"
 set -u
 repo=$(cd "$(dirname "$0")/.." && pwd)
 commit=${1:-HEAD}

@@ -3,6 +3,7 @@
 # UndefinedBehaviorSanitizer build, each running every unit, integration and
 # compatibility test through CTest; then every libFuzzer target on its
 # regression inputs and for MUSTER_FUZZ_SECONDS (default 30) each.
+. "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -9,6 +9,7 @@
 # repair would move the binaries out of the wheel's scripts and put Python
 # shims in their place); otherwise it gets its manylinux tag. OUTPUT_DIR keeps
 # whatever else it holds: only the wheel this script writes there is replaced.
+. "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 out=$(realpath -m "${1:-$(dirname "$0")/../build-wheel/dist}")
 build=$(realpath -m "${MUSTER_WHEEL_BUILD_DIR:-$(dirname "$0")/../build-wheel/cmake}")

@@ -423,8 +423,8 @@ void RendezvousServer::handshake(Session& s, const std::string& payload) {
     if (type != "hello") {
       return s.fail(Code::auth_failed, "this rendezvous requires authentication and the connection sent '" +
                                            log_excerpt(type, 64) +
-                                           "' first: give the agent the rendezvous's key with --auth-key-file "
-                                           "(or MUSTER_AUTH_KEY_FILE)");
+                                           "' first: give this client (the agent, or musterctl) the rendezvous's key "
+                                           "with --auth-key-file (or MUSTER_AUTH_KEY_FILE)");
     }
     auto hello = hello_from_json(msg);
     if (!hello.ok()) return s.fail(Code::invalid_argument, hello.status().message());

@@ -1,5 +1,6 @@
 """The command line as a user meets it: usage errors, help, PET_ defaults."""
 import shutil
+from pathlib import Path
 import subprocess
 
 from muster_testing import MUSTER, SLACK, base_env, run_muster
@@ -60,6 +61,12 @@ def test_help_exits_0():
     assert r.returncode == 0
     assert "--nproc-per-node NPROC_PER_NODE, --nproc_per_node NPROC_PER_NODE" in r.stdout
     assert "training_script" in r.stdout
+    # muster's own options come after torchrun's, under a heading of their own, and the text names all of them.
+    torchrun_part, own_part = r.stdout.split("\nmuster's own options (not torchrun's):\n")
+    own = ["--auth-key-file", "--metrics-listen", "--worker-timeout"]
+    assert "muster's own (" + ", ".join(own) + ")" in " ".join(torchrun_part.split())
+    assert [line.split()[0].rstrip(",") for line in own_part.splitlines() if line.startswith("  --")] == own
+    assert "--numa-binding NUMA_BINDING" in torchrun_part and "--auth-key-file" not in torchrun_part.split("options:")[1]
 
 
 def test_pet_defaults_apply_and_the_command_line_wins():
@@ -82,3 +89,20 @@ def test_unknown_signal_names_are_warned_about_not_fatal():
     r = run_muster(["--signals-to-handle=SIGTERM,SIGNOPE", "--no-python", "true"])
     assert r.returncode == 0
     assert "Failed to register signal handler for SIGNOPE" in r.stderr
+
+
+def test_every_script_answers_help_at_once_and_does_nothing_else(tmp_path):
+    # The comment at a script's top is its help; nothing is built, installed or run.
+    scripts = sorted((Path(__file__).resolve().parents[2] / "scripts").glob("*.sh"))
+    assert len(scripts) >= 10
+    for script in scripts:
+        for flag in ("--help", "-h"):
+            r = subprocess.run([str(script), flag], cwd=tmp_path, capture_output=True, text=True,
+                               timeout=10 * SLACK, env=base_env())
+            assert r.returncode == 0, (script.name, r.stderr)
+            assert r.stdout.strip() and not r.stdout.startswith("#"), script.name
+            assert r.stderr == "", (script.name, r.stderr)
+    assert list(tmp_path.iterdir()) == []
+    r = subprocess.run([str(scripts[0].parent / "fuzz.sh"), "soon"], capture_output=True, text=True,
+                       timeout=10 * SLACK, env=base_env())
+    assert r.returncode == 2 and "SECONDS must be a whole number" in r.stderr

@@ -98,6 +98,7 @@ def test_musterctl_and_metrics_follow_a_job_on_musterd(tmp_path, keyed):
     # Without the key, musterctl is refused like any agent.
     refused = ctl(endpoint, "jobs")
     assert refused.returncode == 1 and "requires authentication" in refused.stderr
+    assert "give this client (the agent, or musterctl) the rendezvous's key with --auth-key-file" in refused.stderr
     missing = ctl(endpoint, "job", "nope", key=key)
     assert missing.returncode == 1 and "no job 'nope' here" in missing.stderr
 
