@@ -370,6 +370,10 @@ def test_the_systemd_units_verify_and_musterd_s_is_hardened(tmp_path):
     assert f"ExecStart={prefix}/bin/musterd $MUSTERD_ARGS" in (installed / "musterd.service").read_text()
     assert f"ExecStart={prefix}/bin/muster $MUSTER_ARGS" in (installed / "muster@.service").read_text()
     assert f"file://{prefix}/share/doc/muster/operations.md" in (installed / "musterd.service").read_text()
+    # Every page of docs/ is installed: --help and the man pages point at them.
+    pages = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "docs").glob("*.md"))
+    assert {"hangs.md", "numa.md", "python.md", "slurm.md", "kubernetes.md", "scale.md"} <= set(pages)
+    assert sorted(p.name for p in (prefix / "share/doc/muster").glob("*.md")) == sorted(pages + ["README.md"])
     s = subprocess.run([analyze, "security", "--offline=yes", str(units / "musterd.service")],
                        capture_output=True, text=True, timeout=60)
     score = float(re.search(r"Overall exposure level for musterd.service: ([0-9.]+)", s.stdout + s.stderr).group(1))
@@ -479,3 +483,17 @@ def test_one_address_cannot_hold_every_metrics_slot(keyed):
             for s in again:
                 s.close()
     assert wait_for(eight_served, 20 * SLACK, interval=0.2)
+
+
+def test_the_build_trees_cmake_package_finds_libmuster(tmp_path):
+    # find_package(muster) with muster_DIR in the build tree, uninstalled: its
+    # musterConfig.cmake has the targets file beside it.
+    cmake = shutil.which("cmake", path="/usr/bin") or shutil.which("cmake")
+    build_dir = Path(os.environ["MUSTER_BUILD_DIR"])
+    r = subprocess.run([cmake, "-S", str(Path(__file__).resolve().parents[2] / "examples" / "ddp_linear"), "-B",
+                        str(tmp_path / "consumer"), f"-Dmuster_DIR={build_dir / 'worker_runtime'}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cache = (tmp_path / "consumer" / "CMakeCache.txt").read_text()
+    assert f"muster_DIR:UNINITIALIZED={build_dir / 'worker_runtime'}" in cache
+    assert "Could not find" not in r.stderr
