@@ -174,6 +174,12 @@ Status parse_nnodes(const std::string& text, LaunchConfig& cfg) {
 
 // The rendezvous: backend, endpoint and run id, with torchrun's rewrite of a
 // one-node launch to a private c10d rendezvous (which needs max_nodes).
+// A fresh id (torch's uuid4) for a private rendezvous or the file timer's pipe.
+Result<std::string> fresh_run_id(const HostFacts& host) {
+  if (!host.new_run_id) return std::string("standalone");
+  return host.new_run_id();
+}
+
 Status choose_rendezvous(const ParsedArgs& args, const HostFacts& host, LaunchConfig& cfg) {
   std::string backend = get(args, "rdzv_backend");
   std::string endpoint = get(args, "rdzv_endpoint");
@@ -182,12 +188,16 @@ Status choose_rendezvous(const ParsedArgs& args, const HostFacts& host, LaunchCo
   if (cfg.standalone) {
     backend = "c10d";
     endpoint = "localhost:0";
-    run_id = host.new_run_id ? host.new_run_id() : "standalone";
+    auto id = fresh_run_id(host);
+    if (!id.ok()) return id.status();
+    run_id = std::move(id.value());
   } else if (backend == "static" && endpoint.empty() && !has(args, "master_port") && cfg.max_nodes == 1) {
     // A plain single-node launch gets a private rendezvous on a free port, as torchrun does.
     backend = "c10d";
     endpoint = "localhost:0";
-    run_id = host.new_run_id ? host.new_run_id() : "standalone";
+    auto id = fresh_run_id(host);
+    if (!id.ok()) return id.status();
+    run_id = std::move(id.value());
   }
   cfg.master_port = has(args, "master_port") ? static_cast<int>(*parse_python_int(get(args, "master_port"))) : 29500;
   cfg.master_addr = get(args, "master_addr");
@@ -377,7 +387,13 @@ Status parse_agent_options(const ParsedArgs& args, const Environment& env, const
   if (env_get(env, "TORCHELASTIC_ENABLE_FILE_TIMER").value_or("") == "1") {
     auto file = env_get(env, "TORCHELASTIC_TIMER_FILE");
     std::string tmp = env_get(env, "TMPDIR").value_or("");
-    cfg.file_timer_path = file ? *file : (tmp.empty() ? std::string("/tmp") : tmp) + "/watchdog_timer_" + host.new_run_id();
+    if (file) {
+      cfg.file_timer_path = *file;
+    } else {
+      auto id = fresh_run_id(host);
+      if (!id.ok()) return id.status();
+      cfg.file_timer_path = (tmp.empty() ? std::string("/tmp") : tmp) + "/watchdog_timer_" + id.value();
+    }
     if (cfg.file_timer_path.empty()) {
       return invalid_argument("TORCHELASTIC_TIMER_FILE is set but empty: unset it for a fresh pipe in $TMPDIR, "
                               "or name a path for the watchdog's pipe");

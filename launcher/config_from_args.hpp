@@ -19,7 +19,7 @@ namespace muster::launcher {
 struct HostFacts {
   int cpu_count = 1;
   std::function<Result<int>()> gpu_count;
-  std::function<std::string()> new_run_id;
+  std::function<Result<std::string>()> new_run_id;
   // The interpreter of the Python environment (venv or conda) the agent's own
   // binary lives in, as pip installs it from the wheel; "" when it lives in none.
   std::string environment_python;

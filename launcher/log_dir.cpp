@@ -5,17 +5,17 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+
+#include "muster/common/random.hpp"
 
 namespace muster::launcher {
 namespace fs = std::filesystem;
 
 Result<std::string> make_unique_dir(const std::string& parent, const std::string& prefix) {
   static const char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    unsigned char bytes[8] = {0};
-    urandom.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+    unsigned char bytes[8];
+    if (auto st = random_bytes(bytes, sizeof bytes); !st.ok()) return st;
     std::string name = prefix;
     for (unsigned char b : bytes) name.push_back(kChars[b % (sizeof kChars - 1)]);
     std::string path = (fs::path(parent) / name).string();

@@ -9,7 +9,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "muster/metrics/http.hpp"
 #include "muster/common/version.hpp"
 #include "muster/common/log.hpp"
+#include "muster/common/random.hpp"
 
 extern char** environ;
 
@@ -108,17 +108,6 @@ Environment read_environment() {
   return env;
 }
 
-std::string new_uuid4() {
-  unsigned char b[16] = {0};
-  std::ifstream("/dev/urandom", std::ios::binary).read(reinterpret_cast<char*>(b), sizeof b);
-  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
-  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
-  char out[37];
-  std::snprintf(out, sizeof out, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-  return out;
-}
-
 // NVIDIA devices without CUDA: the driver's /proc entries, else /dev/nvidiaN,
 // narrowed by CUDA_VISIBLE_DEVICES as the CUDA runtime narrows them.
 muster::Result<int> count_gpus(const Environment& env) {
@@ -196,7 +185,7 @@ int main(int argc, char** argv) {
   muster::launcher::HostFacts host;
   host.cpu_count = usable_cpus();
   host.gpu_count = [&env] { return count_gpus(env); };
-  host.new_run_id = new_uuid4;
+  host.new_run_id = muster::random_uuid4;
   host.environment_python = environment_python();
   // As torchrun: a command line argparse refuses exits 2 with the usage; one it
   // accepts but that cannot be run (torchrun's config_from_args raises) exits 1.

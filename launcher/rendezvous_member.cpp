@@ -1,11 +1,12 @@
 #include "rendezvous_member.hpp"
 
-#include <sys/random.h>
+#include <cstdio>
 #include <unistd.h>
 
 #include <cstdlib>
 
 #include "muster/common/log.hpp"
+#include "muster/common/random.hpp"
 #include "muster/rendezvous/protocol.hpp"
 #include "progress_watch.hpp"
 #include "rdzv_conf.hpp"
@@ -47,26 +48,11 @@ Result<rendezvous::Duration> conf_seconds(const RdzvConf& conf, const std::strin
 // 128 random bits as hex: no two agents have the same by accident (a PID
 // repeats across containers and hosts).
 std::string instance_id() {
-  unsigned char bytes[16] = {};
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  if (got < sizeof bytes) {
-    // No getrandom (a very old kernel): time and pid, still unique per host.
-    auto t = static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
-    for (std::size_t i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(t >> (8 * i));
-    auto p = static_cast<unsigned long long>(getpid());
-    for (std::size_t i = 0; i < 8; ++i) bytes[8 + i] = static_cast<unsigned char>(p >> (8 * i));
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out.push_back(hex[b >> 4]);
-    out.push_back(hex[b & 15]);
-  }
+  if (auto id = random_hex(16); id.ok()) return std::move(id.value());
+  // No getrandom (a kernel older than 3.17): time and pid, still unique per host.
+  auto t = static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char out[40];
+  std::snprintf(out, sizeof out, "%016llx%016llx", t, static_cast<unsigned long long>(getpid()));
   return out;
 }
 

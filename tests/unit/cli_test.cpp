@@ -12,7 +12,7 @@ HostFacts host(int cpus = 8, int gpus = 0) {
   HostFacts h;
   h.cpu_count = cpus;
   h.gpu_count = [gpus] { return muster::Result<int>(gpus); };
-  h.new_run_id = [] { return std::string("uuid-1"); };
+  h.new_run_id = []() -> muster::Result<std::string> { return std::string("uuid-1"); };
   return h;
 }
 

@@ -29,7 +29,7 @@ HostFacts facts() {
   HostFacts h;
   h.cpu_count = 4;
   h.gpu_count = [] { return muster::Result<int>(0); };
-  h.new_run_id = [] { return std::string("uuid"); };
+  h.new_run_id = []() -> muster::Result<std::string> { return std::string("uuid"); };
   return h;
 }
 

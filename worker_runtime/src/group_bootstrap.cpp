@@ -11,10 +11,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
-#include <random>
-#include <sstream>
 
 #include "group_impl.hpp"
+#include "muster/common/random.hpp"
 #include "muster/net/socket.hpp"
 #include "muster/store/client.hpp"
 
@@ -47,15 +46,6 @@ std::string host_name() {
   char buf[256] = {};
   gethostname(buf, sizeof buf - 1);
   return buf;
-}
-
-std::string random_hex(int bytes) {
-  std::random_device rd;
-  std::ostringstream os;
-  for (int i = 0; i < bytes; ++i) {
-    os << "0123456789abcdef"[rd() & 15] << "0123456789abcdef"[rd() & 15];
-  }
-  return os.str();
 }
 
 struct Hello {
@@ -176,7 +166,9 @@ void ProcessGroup::Impl::open_shared_memory(const Topology& topology, std::size_
   for (int r : mine) pids.push_back(topology.pids[r]);
   std::string node_key = "shm/" + std::to_string(mine.front());
   if (local_rank == 0) {
-    std::string name = "/muster-" + std::to_string(getpid()) + "-" + random_hex(8);
+    auto suffix = muster::random_hex(8);
+    if (!suffix.ok()) throw Error("muster: cannot name the shared-memory segment: " + suffix.status().message());
+    std::string name = "/muster-" + std::to_string(getpid()) + "-" + suffix.value();
     shm = std::make_unique<detail::ShmNode>(name, true, 0, local_size, slot, pids, mine);
     std::vector<std::string> opened;
     for (int j = 1; j < local_size; ++j) opened.push_back("shm_open/" + std::to_string(mine[j]));
