@@ -20,6 +20,7 @@
 #include "failure_report.hpp"
 #include "macros.hpp"
 #include "muster/common/endpoint.hpp"
+#include "muster/common/duration.hpp"
 #include "muster/common/log.hpp"
 #include "muster/net/unique_fd.hpp"
 #include "muster/rendezvous/protocol.hpp"
@@ -178,10 +179,10 @@ void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_sile
     list += (list.empty() ? "" : "; ") + std::string("rank ") +
             std::to_string(group_.base_global_rank + s.local_rank) + " (local_rank " + std::to_string(s.local_rank) +
             ", pid " + std::to_string(supervisor_.reported_pid(s.local_rank)) + ") silent for " +
-            seconds_of(s.silent_for);
+            seconds_text(s.silent_for);
   }
   log::error("worker watchdog: " + list + ": no output on stdout or stderr, no store request and no file-timer " +
-             "request within --worker-timeout " + seconds_of(cfg_.worker_timeout) +
+             "request within --worker-timeout " + seconds_text(cfg_.worker_timeout) +
              "; taking it for hung: sending SIGKILL");
   for (const auto& s : silent) {
     reporter_.hung(s.local_rank, s.silent_for);

@@ -13,6 +13,7 @@
 
 #include "muster/common/log.hpp"
 #include "progress_watch.hpp"
+#include "muster/common/duration.hpp"
 
 namespace muster::launcher {
 
@@ -54,8 +55,8 @@ std::string FailureReporter::error_file(int local_rank) const {
 void FailureReporter::note_hung(int local_rank, std::string& message) const {
   auto it = hung_.find(local_rank);
   if (it == hung_.end()) return;
-  message = "hung: no progress for " + seconds_of(it->second) + " (--worker-timeout " +
-            seconds_of(settings_.worker_timeout) + "), killed by muster; " + message;
+  message = "hung: no progress for " + seconds_text(it->second) + " (--worker-timeout " +
+            seconds_text(settings_.worker_timeout) + "), killed by muster; " + message;
 }
 
 ProcessFailure FailureReporter::failure_of(const ObservedFailure& f, const PidOf& pid_of) const {

@@ -53,13 +53,6 @@ std::chrono::milliseconds ProgressWatch::check_interval() const {
   return std::clamp(timeout_ / 10, kMinProgressCheck, kMaxProgressCheck);
 }
 
-std::string seconds_of(std::chrono::milliseconds d) {
-  auto ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000);
-  return buf;
-}
 
 namespace {
 

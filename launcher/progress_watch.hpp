@@ -68,8 +68,6 @@ class ProgressWatch {
   std::vector<int> held_;
 };
 
-// "3 s", "2.5 s": a duration as the agent's messages give it.
-std::string seconds_of(std::chrono::milliseconds d);
 
 // One row of /proc/net/tcp or /proc/net/tcp6, the fields used here.
 struct TcpRow {

@@ -10,6 +10,7 @@
 #include "muster/rendezvous/protocol.hpp"
 #include "progress_watch.hpp"
 #include "rdzv_conf.hpp"
+#include "muster/common/duration.hpp"
 
 namespace muster::launcher {
 namespace {
@@ -224,7 +225,7 @@ void RendezvousMember::heartbeat_loop() {
     if (join_pending_ && !assignment_ && rdzv_->connected() &&
         std::chrono::steady_clock::now() - last_heard_ >= settings_.reconnect_timeout) {
       return on_error(Status(Code::unavailable, "the rendezvous at " + rdzv_->address() + " has not answered for " +
-                                                    seconds_of(settings_.reconnect_timeout) +
+                                                    seconds_text(settings_.reconnect_timeout) +
                                                     " (--rdzv-conf reconnect_timeout)"));
     }
     if (rdzv_->connected()) {
@@ -249,7 +250,7 @@ void RendezvousMember::arm_lease_timer() {
 void RendezvousMember::check_lease() {
   if (left_ || !assignment_ || !core_.holds_workers()) return;
   if (!lease_.lapsed(std::chrono::steady_clock::now())) return;
-  fence("no heartbeat of this node was acknowledged for " + seconds_of(lease_.dead_after()) +
+  fence("no heartbeat of this node was acknowledged for " + seconds_text(lease_.dead_after()) +
         " (keep_alive_interval x keep_alive_max_attempt), so the rendezvous counts it gone");
   if (left_) return;
   // That connection has been of no use for the whole window: start afresh.
@@ -317,7 +318,7 @@ void RendezvousMember::handle(const rendezvous::out::Waiting& w) {
                ": round " + std::to_string(w.round) + " has " + std::to_string(w.joined) + " of " +
                std::to_string(w.min_nodes) + ".." + std::to_string(w.max_nodes) + " nodes" +
                (w.waiting > 0 ? " (" + std::to_string(w.waiting) + " more waiting)" : std::string()) + "; " +
-               seconds_of(std::chrono::duration_cast<std::chrono::seconds>(w.join_timeout_left)) +
+               seconds_text(std::chrono::duration_cast<std::chrono::seconds>(w.join_timeout_left)) +
                " left of join_timeout");
 }
 
@@ -372,7 +373,7 @@ void RendezvousMember::on_error(const Status& st) {
   if (left_) return;
   if (!reconnecting_) return events_.failed(st);
   events_.failed(Status(st.code(), "lost the rendezvous at " + rdzv_->address() + " and could not reconnect within " +
-                                       seconds_of(settings_.reconnect_timeout) +
+                                       seconds_text(settings_.reconnect_timeout) +
                                        " (--rdzv-conf reconnect_timeout); the job ends on this node: " + st.message()));
 }
 
@@ -383,12 +384,12 @@ void RendezvousMember::on_lost(const Status& st) {
   if (shutting_down() || core_.finishing()) return;
   log::warning("[" + id_.role + "] " + st.message() +
                "; the workers keep running while this node reconnects (for up to " +
-               seconds_of(settings_.reconnect_timeout) + ")");
+               seconds_text(settings_.reconnect_timeout) + ")");
   auto started = std::chrono::steady_clock::now();
   reconnecting_ = true;
   rdzv_->reconnect(settings_.reconnect_timeout, [this, started] {
     auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
-    log::info("[" + id_.role + "] reconnected to the rendezvous at " + rdzv_->address() + " after " + seconds_of(took));
+    log::info("[" + id_.role + "] reconnected to the rendezvous at " + rdzv_->address() + " after " + seconds_text(took));
     on_connected();
   });
 }

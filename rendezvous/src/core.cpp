@@ -3,16 +3,9 @@
 #include <algorithm>
 #include <tuple>
 
+#include "muster/common/duration.hpp"
+
 namespace muster::rendezvous {
-namespace {
-
-std::string seconds_text(Duration d) {
-  auto ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  return std::to_string(ms) + " ms";
-}
-
-}  // namespace
 
 Rendezvous::Rendezvous(Settings settings) : settings_(settings) {}
 

@@ -11,6 +11,7 @@
 
 #include "cli.hpp"
 #include "progress_watch.hpp"
+#include "muster/common/duration.hpp"
 
 using namespace muster::launcher;
 using namespace std::chrono_literals;
@@ -135,6 +136,10 @@ TEST_CASE("the owner of a local socket is found through the process's descriptor
 }
 
 TEST_CASE("durations as the agent says them", "[progress]") {
-  CHECK(seconds_of(3000ms) == "3 s");
-  CHECK(seconds_of(2500ms) == "2.5 s");
+  CHECK(muster::seconds_text(3000ms) == "3 s");
+  CHECK(muster::seconds_text(2500ms) == "2.5 s");
+  CHECK(muster::seconds_text(250ms) == "0.25 s");
+  CHECK(muster::seconds_text(1234ms) == "1.234 s");
+  CHECK(muster::seconds_text(0ms) == "0 s");
+  CHECK(muster::seconds_text(-1500ms) == "-1.5 s");
 }
