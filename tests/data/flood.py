@@ -1,5 +1,5 @@
-"""Worker that writes its environment to <out>/env_<RANK>.json (by rename),
-then floods stdout with <megabytes> MB and sleeps until stopped.
+"""Worker that writes its environment (and its pid, as FLOOD_PID) to
+<out>/env_<RANK>.json (by rename), then floods stdout with <megabytes> MB and sleeps until stopped.
 argv: <out> <megabytes>"""
 import json
 import os
@@ -10,7 +10,7 @@ out, megabytes = sys.argv[1], float(sys.argv[2])
 rank = os.environ["RANK"]
 tmp = os.path.join(out, f".env_{rank}.tmp")
 with open(tmp, "w") as f:
-    json.dump(dict(os.environ), f)
+    json.dump({**os.environ, "FLOOD_PID": str(os.getpid())}, f)
 os.replace(tmp, os.path.join(out, f"env_{rank}.json"))
 line = ("y" * 1023 + "\n").encode()
 for _ in range(int(megabytes * 1024)):

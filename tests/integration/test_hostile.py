@@ -455,8 +455,24 @@ def test_a_console_nobody_reads_stalls_neither_the_store_nor_sigterm(tmp_path):
         writer.close()
         assert wait_for(lambda: (tmp_path / "env_0.json").exists(), 60 * SLACK)
         env = json.loads((tmp_path / "env_0.json").read_text())
-        time.sleep(1.0)  # the pipes and the agent's buffers fill up
-        assert not (tmp_path / "done_0").exists()  # the worker is held on its own write
+        # The pipes and the agent's buffers fill up, until the worker is held
+        # in its own write(2) to stdout: in that system call on fd 1, and
+        # nothing more written, across a tenth of a second.
+        proc_dir = f"/proc/{env['FLOOD_PID']}"
+
+        def written():
+            with open(f"{proc_dir}/io") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
+        def held_in_write():
+            before = written()
+            time.sleep(0.1)
+            with open(f"{proc_dir}/syscall") as f:
+                in_write = f.read().startswith("1 0x1 ")
+            return in_write and written() == before
+
+        assert wait_for(held_in_write, 60 * SLACK)
+        assert not (tmp_path / "done_0").exists()  # it has not got past the flood
         client = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False,
                                timeout=datetime.timedelta(seconds=30 * SLACK), wait_for_workers=False)
         times = []
