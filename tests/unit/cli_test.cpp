@@ -89,7 +89,7 @@ TEST_CASE("the script and everything after it pass through untouched", "[cli]") 
   CHECK(cfg->entrypoint_name == "train.py");
 }
 
-TEST_CASE("-- before the script ends the options", "[cli]") {
+TEST_CASE("a -- before the script ends the options", "[cli]") {
   auto cfg = launch({"--no-python", "--", "--weird-name", "a"});
   REQUIRE(cfg.ok());
   CHECK(cfg->executable == "--weird-name");
@@ -209,7 +209,7 @@ TEST_CASE("gpu counts devices and refuses a machine without one", "[cli]") {
   CHECK(autoc->nproc_per_node == 4);
 }
 
-TEST_CASE("--run-path runs the script through runpy in the worker's Python", "[cli]") {
+TEST_CASE("with --run-path the worker runs the script through runpy in the worker's Python", "[cli]") {
   for (auto argv : std::vector<std::vector<std::string>>{{"--run-path", "t.py", "a", "$local_rank"},
                                                          {"--run-path", "--no-python", "-m", "t.py", "a", "$local_rank"}}) {
     auto cfg = launch(argv);

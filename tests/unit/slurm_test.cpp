@@ -151,7 +151,7 @@ TEST_CASE("torchrun's own options inside a step keep torchrun's behaviour", "[sl
   CHECK(by_pet->notices.empty());
 }
 
-TEST_CASE("--rdzv-backend=slurm asks for the step explicitly", "[slurm]") {
+TEST_CASE("with --rdzv-backend=slurm muster asks for the step explicitly", "[slurm]") {
   auto outside = launch({"--rdzv-backend=slurm", "t.py"}, {});
   REQUIRE_FALSE(outside.ok());
   CHECK(outside.status().message().find("this is not a Slurm step") != std::string::npos);

@@ -61,7 +61,7 @@ TEST_CASE("the agent's TORCH_NCCL_ASYNC_ERROR_HANDLING is passed on", "[env]") {
   CHECK(build_worker_env({}, g, 0, "", false)->at("TORCHELASTIC_USE_AGENT_STORE") == "True");
 }
 
-TEST_CASE("--virtual-local-rank gives LOCAL_RANK 0 and one device each", "[env]") {
+TEST_CASE("with --virtual-local-rank each worker gets LOCAL_RANK 0 and one device each", "[env]") {
   auto unset = build_worker_env({}, two_nodes_second(), 2, "", true);
   CHECK(unset->at("LOCAL_RANK") == "0");
   CHECK(unset->at("RANK") == "3");
