@@ -1,7 +1,7 @@
 // libFuzzer target: the real rendezvous and store servers, each session fed
 // the input as a byte stream over loopback TCP. The first byte picks the
 // port: the rendezvous's own, or one shared by a store and a rendezvous, as
-// the static backend's --master-port is (launcher/shared_port.hpp). Both servers live across inputs, so state that one input
+// the static backend's --master-port is (launcher/multinode/shared_port.hpp). Both servers live across inputs, so state that one input
 // leaves behind meets the next.
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>

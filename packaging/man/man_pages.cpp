@@ -1,6 +1,6 @@
 // Writes the man pages muster(1), musterctl(1) and musterd(8) from the same
 // definitions that give each binary its --help: muster's option table
-// (launcher/torchrun_options.cpp) and the CLI11 definitions of musterd and musterctl.
+// (launcher/cli/torchrun_options.cpp) and the CLI11 definitions of musterd and musterctl.
 //   man_pages OUT_DIR
 #include <CLI/CLI.hpp>
 #include <fstream>

@@ -497,3 +497,31 @@ def test_the_build_trees_cmake_package_finds_libmuster(tmp_path):
     cache = (tmp_path / "consumer" / "CMakeCache.txt").read_text()
     assert f"muster_DIR:UNINITIALIZED={build_dir / 'worker_runtime'}" in cache
     assert "Could not find" not in r.stderr
+
+
+def test_the_layers_without_asio_are_checked_by_the_build(tmp_path):
+    # core, numa and cli built (this suite runs after the build), so none of
+    # their objects pulled in Boost.Asio; and the check does catch one that does.
+    cmake = shutil.which("cmake", path="/usr/bin") or shutil.which("cmake")
+    script = Path(__file__).resolve().parents[2] / "cmake" / "check_includes.cmake"
+    build_dir = Path(os.environ["MUSTER_BUILD_DIR"])
+
+    def check(objects, output):
+        return subprocess.run([cmake, f"-DOBJECTS_DIR={objects}", "-DFORBIDDEN=boost/asio", "-DTARGET=layer",
+                               f"-DOUTPUT={output}", "-DWHY=is Asio", "-P", str(script)],
+                              capture_output=True, text=True, timeout=60)
+
+    for layer in ("core", "numa", "cli"):
+        objects = build_dir / "launcher" / "CMakeFiles" / f"muster_launcher_{layer}.dir"
+        assert list(objects.rglob("*.d")), objects
+        r = check(objects, tmp_path / "none")
+        assert r.returncode == 0, r.stderr
+    bad = tmp_path / "bad.dir"
+    bad.mkdir()
+    (bad / "x.cpp.o.d").write_text("x.cpp.o: x.cpp /usr/include/string \\\n /usr/include/boost/asio/post.hpp\n")
+    output = tmp_path / "libx.a"
+    output.write_text("archive")
+    r = check(bad, output)
+    assert r.returncode != 0
+    assert "layer: x includes /usr/include/boost/asio/post.hpp, which is Asio" in " ".join(r.stderr.split())
+    assert not output.exists()  # removed, so the next build checks again

@@ -8,7 +8,6 @@
 #include "muster/common/log.hpp"
 #include "muster/common/random.hpp"
 #include "muster/rendezvous/protocol.hpp"
-#include "progress_watch.hpp"
 #include "rdzv_conf.hpp"
 #include "muster/common/duration.hpp"
 

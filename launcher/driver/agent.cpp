@@ -78,7 +78,12 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
         },
         [this](const std::vector<ProgressWatch::Silent>& silent) { on_workers_silent(silent); });
   }
-  store_host_.watch(worker_timeout_.get());
+  if (worker_timeout_) {
+    WorkerTimeout* timeout = worker_timeout_.get();
+    store_host_.watch({[timeout](store::ConnId conn, const boost::asio::ip::tcp::endpoint& peer,
+                                 int port) { timeout->store_request(conn, peer, port); },
+                       [timeout](store::ConnId conn, int port) { timeout->store_closed(conn, port); }});
+  }
   writer_.add(STDOUT_FILENO, "the console (stdout)", false);
   writer_.add(STDERR_FILENO, "the console (stderr)", false);
   // While stderr is full the agent's own log lines are dropped (and counted),

@@ -11,12 +11,14 @@
 // a one-node job. serve() and new_round() close a shared port opened before
 // (and with it the rendezvous's way in): the static backend, which shares its
 // port, calls neither after serve_shared(). reserve() holds a port for worker 0's store and
-// release_reservation() lets it go just before the workers start. With a
-// worker timeout to tell (watch), every request and every closed connection
-// of the store is that worker's progress.
+// release_reservation() lets it go just before the workers start. With an
+// observer (watch: the worker timeout's), every request and every closed
+// connection of the store is told to it, with the store's port.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,15 +27,21 @@
 #include "muster/store/server.hpp"
 #include "port_reservation.hpp"
 #include "shared_port.hpp"
-#include "worker_timeout.hpp"
 
 namespace muster::launcher {
+
+// Who hears of the store's traffic (the worker timeout: a request is its
+// worker's progress).
+struct StoreObserver {
+  std::function<void(store::ConnId conn, const boost::asio::ip::tcp::endpoint& peer, int store_port)> request;
+  std::function<void(store::ConnId conn, int store_port)> closed;
+};
 
 class StoreHost {
  public:
   explicit StoreHost(boost::asio::io_context& io) : io_(io) {}
 
-  void watch(WorkerTimeout* timeout) { timeout_ = timeout; }
+  void watch(StoreObserver observer) { observer_ = std::move(observer); }
 
   Status serve(const std::string& bind, int port);
   Status serve_shared(const std::string& bind, int port, rendezvous::RendezvousServer& rendezvous);
@@ -52,7 +60,7 @@ class StoreHost {
   void observe();
 
   boost::asio::io_context& io_;
-  WorkerTimeout* timeout_ = nullptr;
+  StoreObserver observer_;
   std::unique_ptr<store::StoreServer> store_;
   std::unique_ptr<SharedPort> shared_;
   std::optional<PortReservation> reservation_;

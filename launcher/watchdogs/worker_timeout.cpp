@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "exposure.hpp"
+#include "muster/net/interfaces.hpp"
 
 namespace muster::launcher {
 
@@ -44,7 +44,7 @@ void WorkerTimeout::start(int nproc) {
   ++generation_;
   running_ = true;
   store_conns_.clear();
-  own_addresses_ = interface_addresses();
+  own_addresses_ = net::interface_addresses();
   last_check_ = Clock::now();
   watch_.start(nproc, last_check_);
   arm();

@@ -12,7 +12,6 @@
 #include <stdexcept>
 
 #include "muster/common/log.hpp"
-#include "progress_watch.hpp"
 #include "muster/common/duration.hpp"
 
 namespace muster::launcher {

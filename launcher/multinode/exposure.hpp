@@ -14,8 +14,6 @@ std::string strip_brackets(const std::string& host);
 
 // "localhost", 127.x.y.z or ::1.
 bool is_loopback_name(const std::string& host);
-// The addresses of this machine's interfaces (getifaddrs), IPv4 and IPv6.
-std::vector<boost::asio::ip::address> interface_addresses();
 // Whether host resolves to an address of one of this machine's interfaces.
 bool is_own_address(const std::string& host);
 

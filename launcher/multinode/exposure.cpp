@@ -1,7 +1,8 @@
 #include "exposure.hpp"
 
+#include "muster/net/interfaces.hpp"
+
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 
@@ -18,25 +19,6 @@ bool is_loopback_name(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-std::vector<boost::asio::ip::address> interface_addresses() {
-  std::vector<boost::asio::ip::address> out;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr) continue;
-    if (i->ifa_addr->sa_family == AF_INET) {
-      const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
-      out.push_back(boost::asio::ip::address_v4(ntohl(a->sin_addr.s_addr)));
-    } else if (i->ifa_addr->sa_family == AF_INET6) {
-      const auto* a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
-      boost::asio::ip::address_v6::bytes_type b;
-      std::memcpy(b.data(), &a->sin6_addr, b.size());
-      out.push_back(boost::asio::ip::address_v6(b));
-    }
-  }
-  freeifaddrs(list);
-  return out;
-}
 
 bool is_own_address(const std::string& host) {
   addrinfo hints{};
@@ -44,7 +26,7 @@ bool is_own_address(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  auto own = interface_addresses();
+  auto own = net::interface_addresses();
   bool found = false;
   for (addrinfo* ai = res; ai && !found; ai = ai->ai_next) {
     boost::asio::ip::address a;

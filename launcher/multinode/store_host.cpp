@@ -67,13 +67,13 @@ int StoreHost::port() const {
 }
 
 void StoreHost::observe() {
-  if (!timeout_ || !store_) return;
+  if (!store_ || !observer_.request || !observer_.closed) return;
   int port = this->port();
-  WorkerTimeout* timeout = timeout_;
-  store_->observe_requests([timeout, port](store::ConnId conn, const boost::asio::ip::tcp::endpoint& peer) {
-    timeout->store_request(conn, peer, port);
+  store_->observe_requests([request = observer_.request, port](store::ConnId conn,
+                                                               const boost::asio::ip::tcp::endpoint& peer) {
+    request(conn, peer, port);
   });
-  store_->observe_closes([timeout, port](store::ConnId conn) { timeout->store_closed(conn, port); });
+  store_->observe_closes([closed = observer_.closed, port](store::ConnId conn) { closed(conn, port); });
 }
 
 }  // namespace muster::launcher
