@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "muster/common/endpoint.hpp"
 #include "muster/rendezvous/protocol.hpp"
 #include "progress_watch.hpp"
 #include "rdzv_conf.hpp"
@@ -239,10 +240,27 @@ Status parse_rendezvous_conf(const ParsedArgs& args, LaunchConfig& cfg) {
   }
   cfg.node_rank = fits ? static_cast<int>(rank) : 0;  // other backends ignore it
   if (cfg.rdzv_backend == "static") {
+    // The static backend's rules, here only: the agent trusts them.
+    if (cfg.node_rank >= cfg.max_nodes) {
+      return invalid_argument(
+          cfg.max_nodes == 1
+              ? "--node-rank=" + std::to_string(cfg.node_rank) +
+                    " does not exist in a job of one node; use --node-rank=0 or --nnodes=N"
+              : "--node-rank=" + std::to_string(cfg.node_rank) + " is outside [0, " + std::to_string(cfg.max_nodes) +
+                    ") for --nnodes=" + std::to_string(cfg.max_nodes));
+    }
     cfg.rdzv_conf["rank"] = std::to_string(cfg.node_rank);
     if (cfg.rdzv_endpoint.empty()) cfg.rdzv_endpoint = cfg.master_addr + ":" + std::to_string(cfg.master_port);
+    auto ep = parse_endpoint(cfg.rdzv_endpoint, -1);
+    if (!ep.ok()) return ep.status();
+    if (ep->port < 0) {
+      return invalid_argument("port is missing in endpoint: " + cfg.rdzv_endpoint + ". Try to specify --master-port");
+    }
   }
   if (!cfg.rdzv_conf.count("timeout")) cfg.rdzv_conf["timeout"] = "900";
+  auto options = resolve_rendezvous_options(cfg.rdzv_conf, cfg.rdzv_backend == "static", cfg.warnings);
+  if (!options.ok()) return options.status();
+  cfg.rdzv = options.value();
   return {};
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "numa_binding.hpp"
+#include "rdzv_conf.hpp"
 #include "std_spec.hpp"
 
 namespace muster::launcher {
@@ -22,6 +23,7 @@ struct LaunchConfig {
   std::string rdzv_endpoint;  // after the static / standalone rewrites
   std::string rdzv_id = "none";
   std::map<std::string, std::string> rdzv_conf;  // "timeout" always present, as in torchrun
+  RendezvousOptions rdzv;                         // the keys muster reads, resolved
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval = 0.1;

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "muster/rendezvous/protocol.hpp"
+
 namespace muster::launcher {
 namespace {
 
@@ -70,6 +72,65 @@ Result<long long> rdzv_conf_int(const RdzvConf& conf, const std::string& key, lo
                             "' does not represent a valid integer value.");
   }
   return n;
+}
+
+namespace {
+
+Result<std::chrono::milliseconds> conf_seconds(const RdzvConf& conf, const std::string& key, double fallback,
+                                               std::vector<std::string>& warnings) {
+  auto it = conf.find(key);
+  double v = fallback;
+  if (it != conf.end()) {
+    char* end = nullptr;
+    v = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0' || !(v >= 0)) {
+      return invalid_argument("The rendezvous configuration option '" + key +
+                              "' must be a number of seconds, got '" + it->second + "'");
+    }
+  }
+  // Longer than the protocol's limit (a year) waits as long as that limit.
+  constexpr double kMaxMs = static_cast<double>(rendezvous::kMaxTimeoutMs);
+  double ms = v * 1000;
+  if (!(ms <= kMaxMs)) {
+    warnings.push_back("--rdzv-conf " + key + "=" + it->second + " is longer than a year; using a year");
+    ms = kMaxMs;
+  }
+  return std::chrono::milliseconds(static_cast<long long>(ms));
+}
+
+}  // namespace
+
+Result<RendezvousOptions> resolve_rendezvous_options(const RdzvConf& conf, bool static_backend,
+                                                     std::vector<std::string>& warnings) {
+  RendezvousOptions o;
+  auto join = static_backend ? conf_seconds(conf, "timeout", 900, warnings)
+                             : conf_seconds(conf, "join_timeout", 600, warnings);
+  auto last = conf_seconds(conf, "last_call_timeout", 30, warnings);
+  auto close = conf_seconds(conf, "close_timeout", 30, warnings);
+  auto keep = conf_seconds(conf, "keep_alive_interval", 5, warnings);
+  auto attempts = rdzv_conf_int(conf, "keep_alive_max_attempt", 3);
+  auto reconnect = conf_seconds(conf, "reconnect_timeout", 60, warnings);
+  for (const auto* r : {&join, &last, &close, &keep, &reconnect}) {
+    if (!r->ok()) return r->status();
+  }
+  if (!attempts.ok()) return attempts.status();
+  if (keep->count() <= 0 || attempts.value() < 1 || attempts.value() > rendezvous::kMaxKeepAliveAttempts) {
+    return invalid_argument("keep_alive_interval must be > 0 and keep_alive_max_attempt in [1, " +
+                            std::to_string(rendezvous::kMaxKeepAliveAttempts) + "]");
+  }
+  if (join->count() <= 0) return invalid_argument("join_timeout must be more than 0 seconds");
+  o.join_timeout = join.value();
+  o.last_call_timeout = last.value();
+  o.close_timeout = close.value();
+  o.keep_alive_interval = keep.value();
+  o.keep_alive_max_attempt = static_cast<int>(attempts.value());
+  o.reconnect_timeout = reconnect.value();
+  if (conf.count("is_host")) {
+    auto is_host = rdzv_conf_bool(conf, "is_host", false);
+    if (!is_host.ok()) return is_host.status();
+    o.is_host = is_host.value();
+  }
+  return o;
 }
 
 }  // namespace muster::launcher

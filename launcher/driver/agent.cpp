@@ -130,16 +130,9 @@ Status Agent::form_group() {
 
   int wanted_port = 0;
   if (cfg_.rdzv_backend == "static") {
-    if (cfg_.node_rank != 0) {
-      return Status(Code::invalid_argument,
-                    "--node-rank=" + std::to_string(cfg_.node_rank) +
-                        " does not exist in a job of one node; use --node-rank=0 or --nnodes=N");
-    }
+    // config_from_args checked the node rank (0 of one) and that the endpoint has a port.
     auto ep = parse_endpoint(cfg_.rdzv_endpoint, -1);
     if (!ep.ok()) return ep.status();
-    if (ep->port < 0) {
-      return invalid_argument("port is missing in endpoint: " + cfg_.rdzv_endpoint + ". Try to specify --master-port");
-    }
     group_.master_addr = strip_brackets(ep->host);
     wanted_port = ep->port;
   } else {

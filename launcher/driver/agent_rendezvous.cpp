@@ -16,8 +16,7 @@ Status Agent::setup_rendezvous() {
   const bool is_static = cfg_.rdzv_backend == "static";
   auto ep = parse_endpoint(cfg_.rdzv_endpoint, is_static ? -1 : 29400);
   if (!ep.ok()) return ep.status();
-  auto settings = member_settings(cfg_);
-  if (!settings.ok()) return settings.status();
+  MemberSettings settings = member_settings(cfg_);
   MemberIdentity id;
   id.job = cfg_.rdzv_id;
   id.role = cfg_.role;
@@ -37,14 +36,8 @@ Status Agent::setup_rendezvous() {
   rdzv_host_ = std::make_unique<RendezvousHost>(io_, cfg_.rdzv_id, auth_key);
 
   if (is_static) {
-    // Node rank 0 serves the workers' store and the rendezvous on --master-port.
-    if (ep->port < 0) {
-      return invalid_argument("port is missing in endpoint: " + cfg_.rdzv_endpoint + ". Try to specify --master-port");
-    }
-    if (cfg_.node_rank < 0 || cfg_.node_rank >= cfg_.max_nodes) {
-      return invalid_argument("--node-rank=" + std::to_string(cfg_.node_rank) + " is outside [0, " +
-                              std::to_string(cfg_.max_nodes) + ") for --nnodes=" + std::to_string(cfg_.max_nodes));
-    }
+    // Node rank 0 serves the workers' store and the rendezvous on --master-port
+    // (config_from_args checked the rank and that the endpoint has a port).
     // Node rank 0's port carries the workers' store and the rendezvous: it
     // listens where the other nodes are told to reach it.
     std::string bind = listen_address_for(strip_brackets(ep->host));
@@ -55,7 +48,7 @@ Status Agent::setup_rendezvous() {
     }
   } else {
     // With c10d the workers' store is opened per round, before each join.
-    auto hosting = rdzv_host_->open_c10d(*ep, NodeNames{host_, cfg_.local_addr}, cfg_.rdzv_conf);
+    auto hosting = rdzv_host_->open_c10d(*ep, NodeNames{host_, cfg_.local_addr}, cfg_.rdzv.is_host);
     if (!hosting.ok()) return hosting.status();
   }
   id.is_host = rdzv_host_->hosting();
@@ -79,7 +72,7 @@ Status Agent::setup_rendezvous() {
     }
     return store_host_.port();
   };
-  member_ = std::make_unique<RendezvousMember>(io_, ep->host, ep->port, std::move(settings.value()), std::move(id),
+  member_ = std::make_unique<RendezvousMember>(io_, ep->host, ep->port, std::move(settings), std::move(id),
                                                std::move(auth_key), core_, std::move(events));
   if (is_static && cfg_.node_rank == 0) rdzv_host_->reserve_own_rank(0, member_->name());
   return planner_.resolve_executable(env_);

@@ -13,14 +13,12 @@ void RendezvousHost::warn_if_open(const std::string& bind, int port) const {
                "every agent the same --auth-key-file (docs/security.md)");
 }
 
-Result<bool> RendezvousHost::open_c10d(const Endpoint& endpoint, const NodeNames& names, const RdzvConf& conf) {
+Result<bool> RendezvousHost::open_c10d(const Endpoint& endpoint, const NodeNames& names, std::optional<bool> is_host) {
   const std::string& host = endpoint.host;
   bool ours = is_loopback_name(host) || host == names.host_name || (names.local_addr && host == *names.local_addr) ||
               is_own_address(host);
-  auto wanted = rdzv_conf_bool(conf, "is_host", ours);
-  if (!wanted.ok()) return wanted.status();
-  if (!wanted.value()) return false;
-  const bool explicit_host = conf.count("is_host") > 0;
+  if (!is_host.value_or(ours)) return false;
+  const bool explicit_host = is_host.has_value();
   std::string bind = host == "localhost" ? "127.0.0.1" : listen_address_for(strip_brackets(host));
   auto server = rendezvous::RendezvousServer::listen(io_, bind, endpoint.port);
   if (!server.ok()) {

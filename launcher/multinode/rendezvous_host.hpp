@@ -29,7 +29,6 @@
 #include "muster/common/status.hpp"
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/server.hpp"
-#include "rdzv_conf.hpp"
 #include "store_host.hpp"
 
 namespace muster::launcher {
@@ -46,7 +45,8 @@ class RendezvousHost {
       : io_(io), job_(std::move(job)), key_(std::move(key)) {}
 
   // Whether this node hosts the rendezvous now.
-  Result<bool> open_c10d(const Endpoint& endpoint, const NodeNames& names, const RdzvConf& conf);
+  // is_host: --rdzv-conf's is_host as resolved (absent: whether the endpoint is this machine's).
+  Result<bool> open_c10d(const Endpoint& endpoint, const NodeNames& names, std::optional<bool> is_host);
   // Serves the rendezvous behind store's port (bind, port): node rank 0 of
   // the static backend.
   Status open_static(StoreHost& store, const std::string& bind, int port);

@@ -24,27 +24,6 @@ constexpr rendezvous::Duration kProgressEvery{5000};
 // connection is tried again after this long.
 constexpr std::chrono::milliseconds kStaleConnectionRetry{500};
 
-Result<rendezvous::Duration> conf_seconds(const RdzvConf& conf, const std::string& key, double fallback) {
-  auto it = conf.find(key);
-  double v = fallback;
-  if (it != conf.end()) {
-    char* end = nullptr;
-    v = std::strtod(it->second.c_str(), &end);
-    if (it->second.empty() || *end != '\0' || !(v >= 0)) {
-      return invalid_argument("The rendezvous configuration option '" + key +
-                              "' must be a number of seconds, got '" + it->second + "'");
-    }
-  }
-  // Longer than the protocol's limit (a year) waits as long as that limit.
-  constexpr double kMaxMs = static_cast<double>(rendezvous::kMaxTimeoutMs);
-  double ms = v * 1000;
-  if (!(ms <= kMaxMs)) {
-    log::warning("--rdzv-conf " + key + "=" + it->second + " is longer than a year; using a year");
-    ms = kMaxMs;
-  }
-  return rendezvous::Duration(static_cast<long long>(ms));
-}
-
 // 128 random bits as hex: no two agents have the same by accident (a PID
 // repeats across containers and hosts).
 std::string instance_id() {
@@ -58,34 +37,17 @@ std::string instance_id() {
 
 }  // namespace
 
-Result<MemberSettings> member_settings(const LaunchConfig& cfg) {
+MemberSettings member_settings(const LaunchConfig& cfg) {
   const bool is_static = cfg.rdzv_backend == "static";
-  const auto& conf = cfg.rdzv_conf;
-  // The static backend waits `timeout` (900 s from torchrun) for every node.
-  auto join = is_static ? conf_seconds(conf, "timeout", 900) : conf_seconds(conf, "join_timeout", 600);
-  auto last = conf_seconds(conf, "last_call_timeout", 30);
-  auto close = conf_seconds(conf, "close_timeout", 30);
-  auto keep = conf_seconds(conf, "keep_alive_interval", 5);
-  auto attempts = rdzv_conf_int(conf, "keep_alive_max_attempt", 3);
-  auto reconnect = conf_seconds(conf, "reconnect_timeout", 60);
-  for (const auto* r : {&join, &last, &close, &keep, &reconnect}) {
-    if (!r->ok()) return r->status();
-  }
-  if (!attempts.ok()) return attempts.status();
-  if (keep->count() <= 0 || attempts.value() < 1 || attempts.value() > rendezvous::kMaxKeepAliveAttempts) {
-    return invalid_argument("keep_alive_interval must be > 0 and keep_alive_max_attempt in [1, " +
-                            std::to_string(rendezvous::kMaxKeepAliveAttempts) + "]");
-  }
-  if (join->count() <= 0) return invalid_argument("join_timeout must be more than 0 seconds");
   MemberSettings s;
   s.rdzv.min_nodes = cfg.min_nodes;
   s.rdzv.max_nodes = cfg.max_nodes;
   s.rdzv.max_restarts = cfg.max_restarts;
-  s.rdzv.join_timeout = join.value();
-  s.rdzv.last_call_timeout = last.value();
-  s.rdzv.close_timeout = close.value();
-  s.rdzv.keep_alive_interval = keep.value();
-  s.rdzv.keep_alive_max_attempt = static_cast<int>(attempts.value());
+  s.rdzv.join_timeout = cfg.rdzv.join_timeout;
+  s.rdzv.last_call_timeout = cfg.rdzv.last_call_timeout;
+  s.rdzv.close_timeout = cfg.rdzv.close_timeout;
+  s.rdzv.keep_alive_interval = cfg.rdzv.keep_alive_interval;
+  s.rdzv.keep_alive_max_attempt = cfg.rdzv.keep_alive_max_attempt;
   if (is_static) {
     // Not elastic: every node of --nnodes's maximum, each with its --node-rank.
     s.rdzv.static_ranks = true;
@@ -93,7 +55,7 @@ Result<MemberSettings> member_settings(const LaunchConfig& cfg) {
   }
   // Reconnecting for less than the dead-after window would give up on a
   // rendezvous that still counts this node alive.
-  s.reconnect_timeout = std::max(reconnect.value(), s.rdzv.dead_after());
+  s.reconnect_timeout = std::max<rendezvous::Duration>(cfg.rdzv.reconnect_timeout, s.rdzv.dead_after());
   return s;
 }
 

@@ -63,12 +63,10 @@ struct MemberSettings {
   rendezvous::Duration reconnect_timeout{60000};
 };
 
-// Reads the rendezvous settings of a multi-node job from cfg: --nnodes,
+// The rendezvous settings of a multi-node job from cfg: --nnodes,
 // --max-restarts, the backend (static: every node, with its node rank), and
-// --rdzv-conf's join_timeout (the static backend's timeout), last_call_timeout,
-// close_timeout, keep_alive_interval, keep_alive_max_attempt and
-// reconnect_timeout. A bad value is an invalid_argument that names the key.
-Result<MemberSettings> member_settings(const LaunchConfig& cfg);
+// --rdzv-conf's keys as the command line resolved them (cfg.rdzv).
+MemberSettings member_settings(const LaunchConfig& cfg);
 
 // Who this node is to the rendezvous; the same in every join.
 struct MemberIdentity {

@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include "cli.hpp"
+#include "muster/rendezvous/protocol.hpp"
 
 using namespace muster::launcher;
 
@@ -279,4 +280,44 @@ TEST_CASE("help is recognised anywhere before the script", "[cli]") {
   CHECK(parsed->help);
   CHECK(help_text("muster").find("--nproc-per-node NPROC_PER_NODE, --nproc_per_node NPROC_PER_NODE") !=
         std::string::npos);
+}
+
+TEST_CASE("the static backend's node rank and endpoint are checked once, when the command line resolves", "[cli]") {
+  CHECK(error_of({"--master-port=29555", "--node-rank=1", "x.py"}) ==
+        "--node-rank=1 does not exist in a job of one node; use --node-rank=0 or --nnodes=N");
+  CHECK(error_of({"--nnodes=2", "--node-rank=2", "x.py"}) == "--node-rank=2 is outside [0, 2) for --nnodes=2");
+  CHECK(error_of({"--rdzv-backend=static", "--rdzv-endpoint=head", "--nnodes=2", "x.py"}) ==
+        "port is missing in endpoint: head. Try to specify --master-port");
+  auto ok = launch({"--nnodes=2", "--node-rank=1", "--master-addr=head", "x.py"});
+  REQUIRE(ok.ok());
+  CHECK(ok->rdzv_endpoint == "head:29500");
+  // Other backends ignore --node-rank, as torchrun does.
+  CHECK(launch({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=head:29400", "--node-rank=7", "x.py"}).ok());
+}
+
+TEST_CASE("--rdzv-conf's keys are resolved and checked once, when the command line resolves", "[cli]") {
+  auto cfg = launch({"--nnodes=1:2", "--rdzv-endpoint=h:1", "--rdzv-backend=c10d", "--rdzv-conf",
+                     "join_timeout=7,last_call_timeout=0.25,keep_alive_interval=2,keep_alive_max_attempt=4,"
+                     "reconnect_timeout=9,is_host=no",
+                     "x.py"});
+  REQUIRE(cfg.ok());
+  CHECK(cfg->rdzv.join_timeout == std::chrono::seconds(7));
+  CHECK(cfg->rdzv.last_call_timeout == std::chrono::milliseconds(250));
+  CHECK(cfg->rdzv.close_timeout == std::chrono::seconds(30));
+  CHECK(cfg->rdzv.keep_alive_interval == std::chrono::seconds(2));
+  CHECK(cfg->rdzv.keep_alive_max_attempt == 4);
+  CHECK(cfg->rdzv.reconnect_timeout == std::chrono::seconds(9));
+  CHECK(cfg->rdzv.is_host == false);
+  CHECK_FALSE(launch({"--nnodes=2", "--rdzv-endpoint=h:1", "--rdzv-backend=c10d", "x.py"})->rdzv.is_host);
+  // The static backend waits `timeout` for every node.
+  CHECK(launch({"--nnodes=2", "--rdzv-conf=timeout=12", "x.py"})->rdzv.join_timeout == std::chrono::seconds(12));
+  CHECK(error_of({"--rdzv-conf=keep_alive_interval=x", "x.py"}) ==
+        "The rendezvous configuration option 'keep_alive_interval' must be a number of seconds, got 'x'");
+  CHECK_THAT(error_of({"--rdzv-conf=keep_alive_interval=0", "x.py"}), Catch::StartsWith("keep_alive_interval must be > 0"));
+  CHECK(error_of({"--rdzv-conf=is_host=maybe", "x.py"}) ==
+        "The rendezvous configuration option 'is_host' does not represent a valid boolean value.");
+  auto year = launch({"--rdzv-conf=join_timeout=1e12", "x.py"});
+  REQUIRE(year.ok());
+  CHECK(year->rdzv.join_timeout.count() == muster::rendezvous::kMaxTimeoutMs);
+  CHECK(year->warnings.back() == "--rdzv-conf join_timeout=1e12 is longer than a year; using a year");
 }

@@ -412,9 +412,16 @@ TEST_CASE("member: settings from the command line and --rdzv-conf", "[member]") 
   cfg.max_nodes = 4;
   cfg.max_restarts = 3;
   cfg.rdzv_backend = "c10d";
-  cfg.rdzv_conf = {{"join_timeout", "12.5"}, {"keep_alive_interval", "2"}, {"keep_alive_max_attempt", "4"},
-                   {"reconnect_timeout", "1"}};
-  auto s = member_settings(cfg);
+  // --rdzv-conf as the command line resolves it (cli/rdzv_conf.hpp), then the member's settings.
+  auto member_settings = [&cfg](const RdzvConf& conf) -> muster::Result<MemberSettings> {
+    std::vector<std::string> warnings;
+    auto options = resolve_rendezvous_options(conf, cfg.rdzv_backend == "static", warnings);
+    if (!options.ok()) return options.status();
+    cfg.rdzv = options.value();
+    return muster::launcher::member_settings(cfg);
+  };
+  auto s = member_settings({{"join_timeout", "12.5"}, {"keep_alive_interval", "2"}, {"keep_alive_max_attempt", "4"},
+                            {"reconnect_timeout", "1"}});
   REQUIRE(s.ok());
   CHECK(s->rdzv.min_nodes == 2);
   CHECK(s->rdzv.max_nodes == 4);
@@ -426,19 +433,17 @@ TEST_CASE("member: settings from the command line and --rdzv-conf", "[member]") 
   CHECK(s->reconnect_timeout == std::chrono::seconds(8));
 
   cfg.rdzv_backend = "static";
-  cfg.rdzv_conf = {{"timeout", "7"}};
-  s = member_settings(cfg);
+  s = member_settings({{"timeout", "7"}});
   REQUIRE(s.ok());
   CHECK(s->rdzv.static_ranks);
   CHECK(s->rdzv.min_nodes == 4);
   CHECK(s->rdzv.join_timeout == std::chrono::seconds(7));
 
   cfg.rdzv_backend = "c10d";
-  cfg.rdzv_conf = {{"last_call_timeout", "soon"}};
-  CHECK_THAT(member_settings(cfg).status().message(),
+  CHECK_THAT(member_settings({{"last_call_timeout", "soon"}}).status().message(),
              Catch::Contains("'last_call_timeout' must be a number of seconds, got 'soon'"));
-  cfg.rdzv_conf = {{"keep_alive_max_attempt", "0"}};
-  CHECK_THAT(member_settings(cfg).status().message(), Catch::Contains("keep_alive_max_attempt in [1, "));
-  cfg.rdzv_conf = {{"join_timeout", "0"}};
-  CHECK_THAT(member_settings(cfg).status().message(), Catch::Contains("join_timeout must be more than 0"));
+  CHECK_THAT(member_settings({{"keep_alive_max_attempt", "0"}}).status().message(),
+             Catch::Contains("keep_alive_max_attempt in [1, "));
+  CHECK_THAT(member_settings({{"join_timeout", "0"}}).status().message(),
+             Catch::Contains("join_timeout must be more than 0"));
 }
