@@ -155,13 +155,7 @@ void RendezvousMember::send_resume() {
   const auto& a = *assignment_;
   rendezvous::JoinMessage m = join_message();
   rendezvous::Resume r;
-  r.round = a.round;
-  r.restart_count = a.restart_count;
-  r.group_rank = a.group_rank;
-  r.group_world_size = a.group_world_size;
-  r.ranks = a.ranks;
-  r.master_addr = a.master_addr;
-  r.master_port = a.master_port;
+  static_cast<rendezvous::Placement&>(r) = a;
   r.outcome = outcome_.value_or(rendezvous::Resume::Outcome::running);
   r.failure = outcome_failure_;
   m.request.resume = r;

@@ -240,8 +240,10 @@ std::vector<Output> Rendezvous::recover(MemberId member, const JoinRequest& requ
   by_name_[request.node_name] = member;
   participants_.insert(member);
   slots_[r.group_rank] = member;
-  assigned_[member] = out::Assign{member,         r.round,       r.restart_count, r.group_rank,
-                                  r.group_world_size, r.ranks, r.master_addr, r.master_port};
+  out::Assign back;
+  static_cast<Placement&>(back) = r;
+  back.member = member;
+  assigned_[member] = std::move(back);
   ranked_.clear();
   for (const auto& [rank, id] : slots_) ranked_.push_back(id);
   note(out, "node " + request.node_name + " resumed round " + std::to_string(round_) + " as group rank " +
@@ -326,8 +328,15 @@ void Rendezvous::complete_round(std::vector<Output>& out) {
   assigned_.clear();
   for (std::size_t i = 0; i < ranked_.size(); ++i) {
     members_.at(ranked_[i]).done = false;
-    out::Assign a{ranked_[i], round_, restart_count_, static_cast<int>(i),
-                  static_cast<int>(ranked_.size()), ranks[i], master.address, master.store_port};
+    out::Assign a;
+    a.member = ranked_[i];
+    a.round = round_;
+    a.restart_count = restart_count_;
+    a.group_rank = static_cast<int>(i);
+    a.group_world_size = static_cast<int>(ranked_.size());
+    a.ranks = ranks[i];
+    a.master_addr = master.address;
+    a.master_port = master.store_port;
     assigned_[ranked_[i]] = a;
     out.push_back(a);
   }

@@ -207,6 +207,44 @@ long long ms(Duration d) { return d.count(); }
 constexpr long long kMaxInt = std::numeric_limits<int>::max();
 constexpr long long kMinInt = std::numeric_limits<int>::min();
 
+// A Placement's fields, the same in an assign and in a join's resume.
+void put_placement(json& x, const Placement& p) {
+  x["round"] = p.round;
+  x["restart_count"] = p.restart_count;
+  x["group_rank"] = p.group_rank;
+  x["group_world_size"] = p.group_world_size;
+  x["base_global_rank"] = p.ranks.base_global_rank;
+  x["global_world_size"] = p.ranks.global_world_size;
+  x["base_role_rank"] = p.ranks.base_role_rank;
+  x["role_world_size"] = p.ranks.role_world_size;
+  x["master_addr"] = p.master_addr;
+  x["master_port"] = p.master_port;
+}
+
+void get_placement(Fields& f, Placement& p) {
+  f.integer("round", 0, kMaxInt, p.round);
+  f.integer("restart_count", 0, kMaxInt, p.restart_count);
+  f.integer("group_rank", 0, kMaxNodes - 1, p.group_rank);
+  f.integer("group_world_size", 1, kMaxNodes, p.group_world_size);
+  f.integer("base_global_rank", 0, kMaxInt, p.ranks.base_global_rank);
+  f.integer("global_world_size", 1, kMaxInt, p.ranks.global_world_size);
+  f.integer("base_role_rank", 0, kMaxInt, p.ranks.base_role_rank);
+  f.integer("role_world_size", 1, kMaxInt, p.ranks.role_world_size);
+  f.string("master_addr", kMaxNameLength, p.master_addr);
+  f.integer("master_port", 0, 65535, p.master_port);
+}
+
+// The ranks must lie inside their worlds.
+Status check_placement(const Placement& p, const char* what) {
+  if (p.group_rank >= p.group_world_size || p.ranks.base_global_rank >= p.ranks.global_world_size) {
+    return invalid_argument(std::string(what) + ": the ranks lie outside the world (group_rank " +
+                            std::to_string(p.group_rank) + " of " + std::to_string(p.group_world_size) +
+                            ", base_global_rank " + std::to_string(p.ranks.base_global_rank) + " of " +
+                            std::to_string(p.ranks.global_world_size) + ")");
+  }
+  return {};
+}
+
 }  // namespace
 
 json to_json(const JoinMessage& m) {
@@ -223,19 +261,11 @@ json to_json(const JoinMessage& m) {
   if (m.request.known_round > 0) r["known_round"] = m.request.known_round;
   if (m.request.known_restart_count > 0) r["known_restart_count"] = m.request.known_restart_count;
   if (const auto& res = m.request.resume) {
-    json x = {{"round", res->round},
-              {"restart_count", res->restart_count},
-              {"group_rank", res->group_rank},
-              {"group_world_size", res->group_world_size},
-              {"base_global_rank", res->ranks.base_global_rank},
-              {"global_world_size", res->ranks.global_world_size},
-              {"base_role_rank", res->ranks.base_role_rank},
-              {"role_world_size", res->ranks.role_world_size},
-              {"master_addr", res->master_addr},
-              {"master_port", res->master_port},
-              {"outcome", res->outcome == Resume::Outcome::running     ? "running"
-                          : res->outcome == Resume::Outcome::succeeded ? "succeeded"
-                                                                       : "failed"}};
+    json x = json::object();
+    put_placement(x, *res);
+    x["outcome"] = res->outcome == Resume::Outcome::running     ? "running"
+                   : res->outcome == Resume::Outcome::succeeded ? "succeeded"
+                                                                : "failed";
     if (res->failure) x["failure"] = to_json(*res->failure);
     r["resume"] = std::move(x);
   }
@@ -273,16 +303,7 @@ Result<JoinMessage> join_from_json(const json& j) {
     Resume r;
     std::string outcome;
     Fields g(*resume, "join resume");
-    g.integer("round", 0, kMaxInt, r.round);
-    g.integer("restart_count", 0, kMaxInt, r.restart_count);
-    g.integer("group_rank", 0, kMaxNodes - 1, r.group_rank);
-    g.integer("group_world_size", 1, kMaxNodes, r.group_world_size);
-    g.integer("base_global_rank", 0, kMaxInt, r.ranks.base_global_rank);
-    g.integer("global_world_size", 1, kMaxInt, r.ranks.global_world_size);
-    g.integer("base_role_rank", 0, kMaxInt, r.ranks.base_role_rank);
-    g.integer("role_world_size", 1, kMaxInt, r.ranks.role_world_size);
-    g.string("master_addr", kMaxNameLength, r.master_addr);
-    g.integer("master_port", 0, 65535, r.master_port);
+    get_placement(g, r);
     g.string("outcome", kMaxNameLength, outcome);
     const json* failure = g.object("failure", false);
     if (!g.ok()) return g.status();
@@ -291,9 +312,7 @@ Result<JoinMessage> join_from_json(const json& j) {
     else if (outcome == "failed") r.outcome = Resume::Outcome::failed;
     else return invalid_argument("join resume: \"outcome\" must be running, succeeded or failed, got '" +
                                  log_excerpt(outcome, 40) + "'");
-    if (r.group_rank >= r.group_world_size || r.ranks.base_global_rank >= r.ranks.global_world_size) {
-      return invalid_argument("join resume: the ranks lie outside the world");
-    }
+    if (auto st = check_placement(r, "join resume"); !st.ok()) return st;
     if (r.outcome == Resume::Outcome::failed) {
       if (failure == nullptr) return invalid_argument("join resume: \"failure\" is missing for outcome failed");
       auto decoded = failure_from_json(*failure);
@@ -614,18 +633,9 @@ Result<FailureInfo> failure_from_json(const json& j) {
 
 json to_json(const Output& o) {
   if (const auto* a = std::get_if<out::Assign>(&o)) {
-    return {{"type", "assign"},
-            {"v", kProtocolVersion},
-            {"round", a->round},
-            {"restart_count", a->restart_count},
-            {"group_rank", a->group_rank},
-            {"group_world_size", a->group_world_size},
-            {"base_global_rank", a->ranks.base_global_rank},
-            {"global_world_size", a->ranks.global_world_size},
-            {"base_role_rank", a->ranks.base_role_rank},
-            {"role_world_size", a->ranks.role_world_size},
-            {"master_addr", a->master_addr},
-            {"master_port", a->master_port}};
+    json x = {{"type", "assign"}, {"v", kProtocolVersion}};
+    put_placement(x, *a);
+    return x;
   }
   if (const auto* r = std::get_if<out::Restart>(&o)) {
     return {{"type", "restart"},
@@ -687,23 +697,9 @@ Result<ServerMessage> server_message_from_json(const json& j) {
   if (type == "assign") {
     out::Assign a;
     Fields f(j, "assign");
-    f.integer("round", 0, kMaxInt, a.round);
-    f.integer("restart_count", 0, kMaxInt, a.restart_count);
-    f.integer("group_rank", 0, kMaxNodes - 1, a.group_rank);
-    f.integer("group_world_size", 1, kMaxNodes, a.group_world_size);
-    f.integer("base_global_rank", 0, kMaxInt, a.ranks.base_global_rank);
-    f.integer("global_world_size", 1, kMaxInt, a.ranks.global_world_size);
-    f.integer("base_role_rank", 0, kMaxInt, a.ranks.base_role_rank);
-    f.integer("role_world_size", 1, kMaxInt, a.ranks.role_world_size);
-    f.string("master_addr", kMaxNameLength, a.master_addr);
-    f.integer("master_port", 0, 65535, a.master_port);
+    get_placement(f, a);
     if (!f.ok()) return f.status();
-    if (a.group_rank >= a.group_world_size || a.ranks.base_global_rank >= a.ranks.global_world_size) {
-      return invalid_argument("assign: the ranks lie outside the world (group_rank " + std::to_string(a.group_rank) +
-                              " of " + std::to_string(a.group_world_size) + ", base_global_rank " +
-                              std::to_string(a.ranks.base_global_rank) + " of " +
-                              std::to_string(a.ranks.global_world_size) + ")");
-    }
+    if (auto st = check_placement(a, "assign"); !st.ok()) return st;
     return ServerMessage(a);
   }
   if (type == "restart") {

@@ -407,7 +407,7 @@ TEST_CASE("an unknown member resuming a job with a history of its own is fenced"
   Job job(settings(1, 2));
   auto assigns = all<out::Assign>(job.join(1, "n1"));
   job.advance(31s);
-  out::Assign stale{0, 0, 0, 1, 2, {2, 4, 2, 4}, "x", 1};
+  out::Assign stale{{0, 0, 1, 2, {2, 4, 2, 4}, "x", 1}, 0};
   auto out = job.rdzv.join(5, resume_request("ghost", stale), job.now);
   auto fenced = all<out::Fenced>(out);
   REQUIRE(fenced.size() == 1);
@@ -417,8 +417,8 @@ TEST_CASE("an unknown member resuming a job with a history of its own is fenced"
 
 TEST_CASE("a restarted rendezvous rebuilds a running round from the members that resume", "[rdzv][membership]") {
   // What the members had been told by the server that went away.
-  out::Assign a0{0, 3, 2, 0, 2, {0, 4, 0, 4}, "n1.cluster", 1234};
-  out::Assign a1{0, 3, 2, 1, 2, {2, 4, 2, 4}, "n1.cluster", 1234};
+  out::Assign a0{{3, 2, 0, 2, {0, 4, 0, 4}, "n1.cluster", 1234}, 0};
+  out::Assign a1{{3, 2, 1, 2, {2, 4, 2, 4}, "n1.cluster", 1234}, 0};
   Job job(settings(2, 2, 5));
   auto first = job.rdzv.join(1, resume_request("n1", a0), job.now);
   job.agents.insert(1);
@@ -441,8 +441,8 @@ TEST_CASE("a restarted rendezvous rebuilds a running round from the members that
 }
 
 TEST_CASE("a rebuilt round finishes as it would have, outcomes included", "[rdzv][membership]") {
-  out::Assign a0{0, 1, 0, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
-  out::Assign a1{0, 1, 0, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234};
+  out::Assign a0{{1, 0, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
+  out::Assign a1{{1, 0, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0};
   Job job(settings(2, 2));
   job.rdzv.join(1, resume_request("n1", a0, Resume::Outcome::succeeded), job.now);
   auto out = job.rdzv.join(2, resume_request("n2", a1), job.now);
@@ -461,8 +461,8 @@ TEST_CASE("a rebuilt round finishes as it would have, outcomes included", "[rdzv
 }
 
 TEST_CASE("a spare that reaches a restarted rendezvous first waits; the round is still rebuilt", "[rdzv][membership]") {
-  out::Assign a0{0, 2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
-  out::Assign a1{0, 2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234};
+  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
+  out::Assign a1{{2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0};
   Job job(settings(2, 2, 3));
   job.join(5, "spare");  // knows no round: it never had a place
   job.rdzv.join(1, resume_request("n1", a0), job.now);
@@ -475,7 +475,7 @@ TEST_CASE("a spare that reaches a restarted rendezvous first waits; the round is
 }
 
 TEST_CASE("a plain join that knows a later round stops a rebuild before it starts", "[rdzv][membership]") {
-  out::Assign a0{0, 2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
+  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
   Job job(settings(2, 2, 3));
   JoinRequest r;
   r.node_name = "n2";
@@ -501,8 +501,8 @@ TEST_CASE("a connection that is one node cannot join again as another", "[rdzv][
 }
 
 TEST_CASE("members that do not come back to a rebuilt round make it re-form, not counted", "[rdzv][membership]") {
-  out::Assign a0{0, 2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234};
-  out::Assign a1{0, 2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234};
+  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
+  out::Assign a1{{2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0};
   Job job(settings(1, 2, 3));
   job.rdzv.join(1, resume_request("n1", a0), job.now);
   job.agents.insert(1);

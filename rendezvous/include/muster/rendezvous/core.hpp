@@ -97,15 +97,20 @@ struct FailureInfo {
 // A member that held a place in a running round when its connection broke
 // says so when it reconnects: the round, its place in it (as assigned), and
 // how its workers are doing.
-struct Resume {
-  enum class Outcome { running, succeeded, failed };
+// Where a member stands in a round: what an assignment gives it and what a
+// resume hands back (encoded and decoded once, protocol.cpp).
+struct Placement {
   int round = 0;
-  int restart_count = 0;
+  int restart_count = 0;  // failure restarts so far, the same on every node
   int group_rank = 0;
   int group_world_size = 1;
   NodeRanks ranks;
   std::string master_addr;
   int master_port = 0;
+};
+
+struct Resume : Placement {
+  enum class Outcome { running, succeeded, failed };
   Outcome outcome = Outcome::running;
   std::optional<FailureInfo> failure;  // outcome failed
 };
@@ -128,15 +133,8 @@ struct JoinRequest {
 
 namespace out {
 // The round is complete: this member's place in it.
-struct Assign {
+struct Assign : Placement {
   MemberId member = 0;
-  int round = 0;
-  int restart_count = 0;  // failure restarts so far, the same on every node
-  int group_rank = 0;
-  int group_world_size = 0;
-  NodeRanks ranks;
-  std::string master_addr;
-  int master_port = 0;
 };
 // Stop the workers and join again for the next round.
 struct Restart {
