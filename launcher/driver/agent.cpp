@@ -26,6 +26,7 @@
 #include "muster/rendezvous/protocol.hpp"
 #include "muster/rendezvous/rank_assignment.hpp"
 #include "signals.hpp"
+#include "muster/common/text.hpp"
 
 namespace muster::launcher {
 namespace {
@@ -201,7 +202,7 @@ void Agent::on_timer_expired(const ExpiredWorker& w) {
   std::string scopes;
   constexpr std::size_t kScopesShown = 8;
   for (std::size_t i = 0; i < w.scopes.size() && i < kScopesShown; ++i) {
-    scopes += (i ? ", " : "") + rendezvous::log_excerpt(w.scopes[i], 200);
+    scopes += (i ? ", " : "") + log_excerpt(w.scopes[i], 200);
   }
   if (w.scopes.size() > kScopesShown) scopes += " and " + std::to_string(w.scopes.size() - kScopesShown) + " more";
   // Only this agent's workers and what they started without leaving the

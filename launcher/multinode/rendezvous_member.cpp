@@ -10,6 +10,7 @@
 #include "muster/rendezvous/protocol.hpp"
 #include "rdzv_conf.hpp"
 #include "muster/common/duration.hpp"
+#include "muster/common/text.hpp"
 
 namespace muster::launcher {
 namespace {
@@ -216,7 +217,7 @@ void RendezvousMember::check_lease() {
 // them, then rejoins as a newcomer.
 void RendezvousMember::fence(const std::string& why) {
   if (shutting_down()) return;
-  log::warning("[" + id_.role + "] this node is out of the job: " + rendezvous::log_excerpt(why, 1000) +
+  log::warning("[" + id_.role + "] this node is out of the job: " + log_excerpt(why, 1000) +
                "; stopping its workers, then joining again");
   assignment_.reset();
   outcome_.reset();
@@ -283,7 +284,7 @@ void RendezvousMember::handle(const rendezvous::out::Restart& r) {
   assignment_.reset();
   outcome_.reset();
   if (shutting_down()) return;
-  log::warning("[" + id_.role + "] the job re-forms (" + rendezvous::log_excerpt(r.reason, 1000) +
+  log::warning("[" + id_.role + "] the job re-forms (" + log_excerpt(r.reason, 1000) +
                "); will restart worker group");
   events_.restart();
 }
@@ -294,7 +295,7 @@ void RendezvousMember::handle(const rendezvous::out::Fenced& fen) {
 
 void RendezvousMember::handle(const rendezvous::out::Finished& f) {
   if (!f.success && !shutting_down()) {
-    log::error("[" + id_.role + "] the job failed: " + rendezvous::log_excerpt(f.message, 1000));
+    log::error("[" + id_.role + "] the job failed: " + log_excerpt(f.message, 1000));
   }
   std::optional<rendezvous::FailureInfo> root_cause;
   if (!f.success && f.root_cause) root_cause = *f.root_cause;
@@ -321,7 +322,7 @@ void RendezvousMember::handle(const rendezvous::ErrorMessage& e) { refused(e.mes
 
 void RendezvousMember::refused(const std::string& text) {
   on_error(Status(Code::unavailable,
-                  "the rendezvous at " + rdzv_->address() + " refused this node: " + rendezvous::log_excerpt(text, 2000)));
+                  "the rendezvous at " + rdzv_->address() + " refused this node: " + log_excerpt(text, 2000)));
 }
 
 void RendezvousMember::on_error(const Status& st) {

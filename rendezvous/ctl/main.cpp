@@ -13,11 +13,13 @@
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/client.hpp"
 #include "muster/rendezvous/protocol.hpp"
+#include "muster/common/text.hpp"
 
 namespace {
 
 using muster::Status;
 using namespace muster::rendezvous;
+using muster::log_excerpt;
 using nlohmann::json;
 
 // 850ms, 12s, 3m05s, 2h10m, 3d04h.

@@ -84,10 +84,6 @@ std::string render_metrics(muster::rendezvous::ServerStats st) {
   t.sample({{"reason", "silence"}}, static_cast<double>(st.totals.lost_to_silence));
   t.sample({{"reason", "left"}}, static_cast<double>(st.totals.left));
   t.family("musterd_rejected_total", "counter", "Connections and joins refused, by reason.");
-  for (const char* reason : {"auth", "bad_message", "no_join", "connections_per_peer", "max_jobs", "job_closed",
-                             "job_settings", "internal"}) {
-    st.rejected.emplace(reason, 0);
-  }
   for (const auto& [reason, n] : st.rejected) t.sample({{"reason", reason}}, static_cast<double>(n));
   t.family("musterd_build_info", "gauge", "The running musterd's version.");
   t.sample({{"version", muster::version_number()}, {"revision", muster::git_revision()}}, 1);

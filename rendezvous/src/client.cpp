@@ -7,6 +7,7 @@
 #include <boost/asio/connect.hpp>
 
 #include "muster/common/log.hpp"
+#include "muster/common/text.hpp"
 
 namespace muster::rendezvous {
 

@@ -4,10 +4,27 @@
 #include <tuple>
 
 #include "muster/common/duration.hpp"
+#include "muster/common/text.hpp"
 
 namespace muster::rendezvous {
 
+std::string closed_job_text(bool succeeded) {
+  return succeeded ? "the job has finished; start a new one with a new --rdzv-id"
+                   : "the job has failed and its rendezvous is closed; start a new one with a new --rdzv-id";
+}
+
 Rendezvous::Rendezvous(Settings settings) : settings_(settings) {}
+
+Status Rendezvous::accepts_settings(const std::string& job, const Settings& asked) const {
+  if (asked.min_nodes == settings_.min_nodes && asked.max_nodes == settings_.max_nodes &&
+      asked.static_ranks == settings_.static_ranks) {
+    return {};
+  }
+  return invalid_argument("job '" + log_excerpt(job, 64) + "' runs with --nnodes=" +
+                          std::to_string(settings_.min_nodes) + ":" + std::to_string(settings_.max_nodes) +
+                          " and this node asked for " + std::to_string(asked.min_nodes) + ":" +
+                          std::to_string(asked.max_nodes) + "; give every node the same --nnodes");
+}
 
 Status Rendezvous::validate(const JoinRequest& r) const {
   if (r.node_name.empty()) return invalid_argument("a join needs a node name");
@@ -39,10 +56,7 @@ Status Rendezvous::validate(const JoinRequest& r) const {
 std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request, TimePoint now) {
   std::vector<Output> out;
   if (state_ == State::closed) {
-    out.push_back(out::Reject{member, Code::closed,
-                              succeeded_ ? "the job has finished; start a new one with a new --rdzv-id"
-                                         : "the job has failed and its rendezvous is closed; start a new one with a "
-                                           "new --rdzv-id"});
+    out.push_back(out::Reject{member, Code::closed, closed_job_text(succeeded_)});
     return out;
   }
   if (auto st = validate(request); !st.ok()) {

@@ -8,6 +8,7 @@
 #include "muster/common/log.hpp"
 #include "muster/rendezvous/protocol.hpp"
 #include "muster/net/asio_tcp.hpp"
+#include "muster/common/text.hpp"
 
 namespace muster::rendezvous {
 
@@ -69,10 +70,10 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   // Sends the error and closes once it is written.
   void fail(Code code, const std::string& message) {
     if (closed_ || close_after_write_) return;
-    server_.count_rejected(code == Code::auth_failed        ? "auth"
-                           : code == Code::timeout           ? "no_join"
-                           : code == Code::invalid_argument  ? "bad_message"
-                                                             : code_name(code));
+    server_.count_rejected(code == Code::auth_failed       ? Rejection::auth
+                           : code == Code::timeout          ? Rejection::no_join
+                           : code == Code::invalid_argument ? Rejection::bad_message
+                                                            : Rejection::internal);
     log::warning("rendezvous: closing the connection from " + peer_ + ": " + log_excerpt(message, 300));
     send(error_message(code, message));
     close_after_write_ = true;
@@ -192,7 +193,7 @@ void RendezvousServer::add_session(tcp::socket socket, std::string already_read)
       log::warning("rendezvous: refusing connections from " + session->peer_address() + ": it holds " +
                    std::to_string(count) + ", the limit per address");
     }
-    count_rejected("connections_per_peer");
+    count_rejected(Rejection::connections_per_peer);
     session->close();
     return;
   }
@@ -284,6 +285,42 @@ constexpr std::size_t kQueryMembersPerPage = kQueryReplyBytes / 64;
 
 }  // namespace
 
+const char* rejection_name(Rejection r) {
+  switch (r) {
+    case Rejection::auth: return "auth";
+    case Rejection::bad_message: return "bad_message";
+    case Rejection::no_join: return "no_join";
+    case Rejection::connections_per_peer: return "connections_per_peer";
+    case Rejection::max_jobs: return "max_jobs";
+    case Rejection::job_closed: return "job_closed";
+    case Rejection::job_settings: return "job_settings";
+    case Rejection::internal: return "internal";
+  }
+  return "internal";
+}
+
+JobSummary RendezvousServer::summarize(const Job& job, TimePoint now) {
+  JobSummary js;
+  js.id = job.id;
+  js.state = state_name(job.rdzv.state());
+  js.nodes = static_cast<int>(job.rdzv.members());
+  js.in_round = static_cast<int>(job.rdzv.participants());
+  js.min_nodes = job.settings.min_nodes;
+  js.max_nodes = job.settings.max_nodes;
+  js.round = job.rdzv.round();
+  js.restarts = job.rdzv.restart_count();
+  js.max_restarts = job.settings.max_restarts;
+  js.age_ms = ms_between(job.created, now);
+  return js;
+}
+
+JobSummary RendezvousServer::summarize(const std::string& id, const Tombstone& t, TimePoint now) {
+  JobSummary js = t.summary;
+  js.id = id;
+  js.age_ms = ms_between(t.created, now);
+  return js;
+}
+
 void RendezvousServer::answer_jobs(Session& s, const json& msg) {
   auto q = jobs_query_from_json(msg);
   if (!q.ok()) return s.fail(Code::invalid_argument, q.status().message());
@@ -296,30 +333,7 @@ void RendezvousServer::answer_jobs(Session& s, const json& msg) {
   // Open and finished jobs merged by id (an id is never both).
   while (live != jobs_.end() || done != tombstones_.end()) {
     bool take_live = done == tombstones_.end() || (live != jobs_.end() && live->first < done->first);
-    JobSummary js;
-    if (take_live) {
-      const Job& job = *live->second;
-      js.id = job.id;
-      js.state = state_name(job.rdzv.state());
-      js.nodes = static_cast<int>(job.rdzv.members());
-      js.in_round = static_cast<int>(job.rdzv.participants());
-      js.min_nodes = job.settings.min_nodes;
-      js.max_nodes = job.settings.max_nodes;
-      js.round = job.rdzv.round();
-      js.restarts = job.rdzv.restart_count();
-      js.max_restarts = job.settings.max_restarts;
-      js.age_ms = ms_between(job.created, now);
-    } else {
-      const Tombstone& t = done->second;
-      js.id = done->first;
-      js.state = t.success ? "succeeded" : "failed";
-      js.min_nodes = t.min_nodes;
-      js.max_nodes = t.max_nodes;
-      js.round = t.round;
-      js.restarts = t.restarts;
-      js.max_restarts = t.max_restarts;
-      js.age_ms = ms_between(t.created, now);
-    }
+    JobSummary js = take_live ? summarize(*live->second, now) : summarize(done->first, done->second, now);
     bytes += dump_message(to_json(js)).size() + 1;
     if (bytes > kQueryReplyBytes && !reply.jobs.empty()) {
       reply.next_after = reply.jobs.back().id;
@@ -348,14 +362,7 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
       return;
     }
     JobReply reply;
-    reply.job.id = t->first;
-    reply.job.state = t->second.success ? "succeeded" : "failed";
-    reply.job.min_nodes = t->second.min_nodes;
-    reply.job.max_nodes = t->second.max_nodes;
-    reply.job.round = t->second.round;
-    reply.job.restarts = t->second.restarts;
-    reply.job.max_restarts = t->second.max_restarts;
-    reply.job.age_ms = ms_between(t->second.created, now);
+    reply.job = summarize(t->first, t->second, now);
     reply.last_failure = t->second.failure;
     reply.last_failure_node = t->second.failure_node;
     reply.last_failure_ms_ago = ms_between(t->second.failure_at, now);
@@ -364,16 +371,7 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
   const Job& job = *it->second;
   JobView view = job.rdzv.view(now, static_cast<std::size_t>(q->from), kQueryMembersPerPage);
   JobReply reply;
-  reply.job.id = job.id;
-  reply.job.state = state_name(view.state);
-  reply.job.nodes = static_cast<int>(view.total_members);
-  reply.job.in_round = static_cast<int>(view.in_round);
-  reply.job.min_nodes = job.settings.min_nodes;
-  reply.job.max_nodes = job.settings.max_nodes;
-  reply.job.round = view.round;
-  reply.job.restarts = view.restart_count;
-  reply.job.max_restarts = job.settings.max_restarts;
-  reply.job.age_ms = ms_between(job.created, now);
+  reply.job = summarize(job, now);
   reply.total_members = static_cast<int>(view.total_members);
   std::size_t bytes = 0;
   for (std::size_t k = 0; k < view.members.size(); ++k) {
@@ -475,7 +473,9 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
   auto now = Clock::now();
   expire_tombstones(now);
   auto reject = [&](Code code, const std::string& message) {
-    count_rejected(code == Code::unavailable ? "max_jobs" : code == Code::closed ? "job_closed" : "job_settings");
+    count_rejected(code == Code::unavailable ? Rejection::max_jobs
+                   : code == Code::closed    ? Rejection::job_closed
+                                             : Rejection::job_settings);
     s.send(to_json(Output{out::Reject{0, code, message}}));  // member: not one yet
   };
   // A session displaced from its job (its node joined again elsewhere, the job
@@ -495,10 +495,7 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
       if (t->second.success && m.request.resume && m.request.resume->outcome == Resume::Outcome::succeeded) {
         return s.send(to_json(Output(out::Finished{s.id(), true, std::nullopt, "every node's workers succeeded"})));
       }
-      return reject(Code::closed, t->second.success
-                                      ? "the job has finished; start a new one with a new --rdzv-id"
-                                      : "the job has failed and its rendezvous is closed; start a new one with a "
-                                        "new --rdzv-id");
+      return reject(Code::closed, closed_job_text(t->second.success));
     } else if (jobs_.size() >= limits_.max_jobs) {
       log::warning("rendezvous: refusing job '" + log_excerpt(m.job, 64) + "': " + std::to_string(jobs_.size()) +
                    " jobs are open, the limit");
@@ -512,14 +509,7 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
                 std::to_string(m.settings.min_nodes) + ":" + std::to_string(m.settings.max_nodes) + " nodes");
     }
   }
-  if (job->settings.min_nodes != m.settings.min_nodes || job->settings.max_nodes != m.settings.max_nodes ||
-      job->settings.static_ranks != m.settings.static_ranks) {
-    return reject(Code::invalid_argument,
-                  "job '" + log_excerpt(m.job, 64) + "' runs with --nnodes=" + std::to_string(job->settings.min_nodes) +
-                      ":" + std::to_string(job->settings.max_nodes) + " and this node asked for " +
-                      std::to_string(m.settings.min_nodes) + ":" + std::to_string(m.settings.max_nodes) +
-                      "; give every node the same --nnodes");
-  }
+  if (auto st = job->rdzv.accepts_settings(m.job, m.settings); !st.ok()) return reject(st.code(), st.message());
   s.job = job;
   s.joined();
   // deliver() may clear s.job (a reject): only `job` is used after it.
@@ -568,11 +558,9 @@ void RendezvousServer::retire_if_closed(Job& job) {
   t.success = job.rdzv.succeeded();
   t.expires = saturating_add(now, limits_.finished_job_lifetime);
   t.created = job.created;
-  t.min_nodes = job.settings.min_nodes;
-  t.max_nodes = job.settings.max_nodes;
-  t.round = job.rdzv.round();
-  t.restarts = job.rdzv.restart_count();
-  t.max_restarts = job.settings.max_restarts;
+  t.summary = summarize(job, now);
+  t.summary.state = t.success ? "succeeded" : "failed";
+  t.summary.nodes = t.summary.in_round = 0;
   JobView view = job.rdzv.view(now, 0, 0);
   if (!t.success && view.last_failure) {
     t.failure = view.last_failure;
@@ -600,7 +588,7 @@ ServerStats RendezvousServer::stats() const {
   }
   for (const auto& [id, t] : tombstones_) ++st.jobs[t.success ? "succeeded" : "failed"];
   st.connections = sessions_.size();
-  st.rejected = rejected_;
+  for (Rejection r : kRejections) st.rejected[rejection_name(r)] = rejected_[static_cast<std::size_t>(r)];
   return st;
 }
 

@@ -588,3 +588,27 @@ TEST_CASE("timeouts near the clock's end saturate instead of wrapping", "[rendez
   CHECK(Job::quiet(r.tick(t + std::chrono::hours(24))).empty());  // nothing fires early
   CHECK(r.next_deadline().has_value());
 }
+
+TEST_CASE("every node of a job gives the same --nnodes and backend; a closed job says how it ended", "[rdzv]") {
+  Settings s;
+  s.min_nodes = 1;
+  s.max_nodes = 2;
+  Job job(s);
+  CHECK(job.rdzv.accepts_settings("j", s).ok());
+  Settings other = s;
+  other.max_nodes = 3;
+  auto refused = job.rdzv.accepts_settings("j\n", other);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.code() == muster::Code::invalid_argument);
+  CHECK(refused.message() ==
+        "job 'j\\x0a' runs with --nnodes=1:2 and this node asked for 1:3; give every node the same --nnodes");
+  other = s;
+  other.static_ranks = true;
+  CHECK_FALSE(job.rdzv.accepts_settings("j", other).ok());
+  // Timeouts may differ: each node keeps its own.
+  other = s;
+  other.join_timeout = 1s;
+  CHECK(job.rdzv.accepts_settings("j", other).ok());
+  CHECK(closed_job_text(true) == "the job has finished; start a new one with a new --rdzv-id");
+  CHECK(closed_job_text(false).find("has failed and its rendezvous is closed") != std::string::npos);
+}

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "muster/rendezvous/protocol.hpp"
+#include "muster/common/text.hpp"
 
 using namespace muster::rendezvous;
 
@@ -135,7 +136,7 @@ TEST_CASE("text that is not UTF-8 is encoded, not thrown", "[frames][hardening]"
   FailureInfo f;
   f.message = "bad \xff\xfe bytes";
   CHECK_NOTHROW(encode_frame(to_json(f)));
-  CHECK(log_excerpt(std::string("a\nb") + std::string(300, 'x'), 10).find("\\x0a") != std::string::npos);
+  CHECK(muster::log_excerpt(std::string("a\nb") + std::string(300, 'x'), 10).find("\\x0a") != std::string::npos);
 }
 
 TEST_CASE("membership messages round-trip and their fields are checked", "[frames][membership]") {

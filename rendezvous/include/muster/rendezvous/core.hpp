@@ -77,6 +77,10 @@ struct Settings {
   Duration dead_after() const { return keep_alive_interval * keep_alive_max_attempt; }
 };
 
+// What a node that joins a closed job is told (by the job, or by the
+// rendezvous that remembers how it ended).
+std::string closed_job_text(bool succeeded);
+
 // A node rank that belongs to one node before it joins (Rendezvous::reserve_node_rank).
 struct ReservedRank {
   int node_rank = 0;
@@ -246,6 +250,9 @@ class Rendezvous {
   void reserve_node_rank(ReservedRank reserved) { reserved_ = std::move(reserved); }
 
   std::vector<Output> join(MemberId member, const JoinRequest& request, TimePoint now);
+  // Whether a node that asks for `asked` may join this job (`job`: its id, for
+  // the message): every node of a job gives the same --nnodes and backend.
+  Status accepts_settings(const std::string& job, const Settings& asked) const;
   std::vector<Output> heartbeat(MemberId member, TimePoint now);
   // Where the round stands, for a member waiting for one (nullopt otherwise).
   std::optional<out::Waiting> progress(MemberId member, TimePoint now) const;

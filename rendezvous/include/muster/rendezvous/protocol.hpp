@@ -200,8 +200,4 @@ using ServerMessage = std::variant<out::Assign, out::Restart, out::Reject, out::
                                    out::Resumed, out::Waiting, HeartbeatAck>;
 Result<ServerMessage> server_message_from_json(const nlohmann::json& j);
 
-// A peer's text made safe for one log line: control bytes escaped, cut to
-// `limit` bytes with the original length said.
-std::string log_excerpt(std::string_view text, std::size_t limit = 200);
-
 }  // namespace muster::rendezvous

@@ -13,6 +13,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <deque>
+#include <array>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,6 +26,7 @@
 #include "muster/net/session_server.hpp"
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/core.hpp"
+#include "muster/rendezvous/protocol.hpp"
 
 namespace muster::rendezvous {
 
@@ -39,13 +42,30 @@ struct ServerLimits {
   std::size_t max_tombstones = 100000;
 };
 
+// Why the server refused a connection or a join: musterd's metric label.
+enum class Rejection {
+  auth,                  // no or a wrong key
+  bad_message,           // a frame or message that does not decode
+  no_join,               // no join within the join wait
+  connections_per_peer,  // one address holds too many connections
+  max_jobs,              // too many jobs open
+  job_closed,            // a join to a finished or failed job
+  job_settings,          // a join whose --nnodes or backend is not the job's
+  internal,              // anything else
+};
+inline constexpr Rejection kRejections[] = {Rejection::auth,       Rejection::bad_message,
+                                            Rejection::no_join,    Rejection::connections_per_peer,
+                                            Rejection::max_jobs,   Rejection::job_closed,
+                                            Rejection::job_settings, Rejection::internal};
+const char* rejection_name(Rejection r);
+
 // What the server holds and has done, for its metrics.
 struct ServerStats {
   std::map<std::string, std::size_t> jobs;  // by state: forming, running, closed; succeeded, failed (remembered)
   std::size_t nodes = 0;                    // members of open jobs
   std::size_t connections = 0;
   Counters totals;                          // over every job since start
-  std::map<std::string, uint64_t> rejected;  // connections and joins refused, by reason
+  std::map<std::string, uint64_t> rejected;  // connections and joins refused, by reason (every one, 0 or more)
 };
 
 class RendezvousServer {
@@ -93,13 +113,9 @@ class RendezvousServer {
   struct Tombstone {
     bool success = false;
     TimePoint expires{};
-    // What `musterctl jobs` shows of a finished job.
+    // What `musterctl jobs` shows of a finished job (its age from `created`).
     TimePoint created{};
-    int min_nodes = 0;
-    int max_nodes = 0;
-    int round = 0;
-    int restarts = 0;
-    int max_restarts = 0;
+    JobSummary summary;
     // A failed job's root cause, its message cut to kTombstoneMessage bytes.
     std::optional<FailureInfo> failure;
     std::string failure_node;
@@ -115,6 +131,10 @@ class RendezvousServer {
   void handle(Session& s, const std::string& payload);
   void handshake(Session& s, const std::string& payload);
   void answer_jobs(Session& s, const nlohmann::json& msg);
+  // The one place a job's summary is made: an open job's as of now, a
+  // finished one's as it ended (its age as of now).
+  static JobSummary summarize(const Job& job, TimePoint now);
+  static JobSummary summarize(const std::string& id, const Tombstone& t, TimePoint now);
   void answer_job(Session& s, const nlohmann::json& msg);
   void handle_join(Session& s, const nlohmann::json& msg);
   void deliver(Job& job, const std::vector<Output>& outputs);
@@ -123,7 +143,7 @@ class RendezvousServer {
   void retire_if_closed(Job& job);
   void expire_tombstones(TimePoint now);
   void gone(Session& s);
-  void count_rejected(const std::string& reason) { ++rejected_[reason]; }
+  void count_rejected(Rejection reason) { ++rejected_[static_cast<std::size_t>(reason)]; }
 
   boost::asio::io_context& io_;
   ServerLimits limits_;
@@ -136,7 +156,7 @@ class RendezvousServer {
   std::deque<std::map<std::string, Tombstone>::iterator> tombstone_order_;  // oldest first
   std::unordered_map<std::string, std::size_t> per_peer_;
   Counters retired_;  // the counters of jobs no longer held
-  std::map<std::string, uint64_t> rejected_;
+  std::array<uint64_t, std::size(kRejections)> rejected_{};
   // The sessions, which hold its alive flag: a session woken after close()
   // (its coroutine may outlive the server) sees it false and leaves the server alone.
   net::SessionServer<Session> sessions_;
