@@ -81,14 +81,21 @@ Result<NodeShare> node_share(int gpu_index, const Topology& topo, const Machine&
   return share;
 }
 
-// Groups the CPUs by key(cpu), the groups in key order.
-template <typename KeyOf>
-Result<std::map<int, CpuSet>> group_by(const CpuSet& cpus, KeyOf key_of) {
+// The allowed CPUs of a node grouped by what each shares (its physical
+// core's threads, its cache's CPUs: `sharing`), each group named by the lowest
+// CPU it shares with, the groups in that order. `nothing`: the error for a CPU
+// that shares with none.
+Result<std::map<int, CpuSet>> group_by_sharing(int node, const Topology& topo, const Machine& machine,
+                                               Result<CpuSet> (Topology::*sharing)(int) const,
+                                               const std::string& nothing) {
+  auto cpus = allowed_node_cpus(node, topo, machine);
+  if (!cpus.ok()) return cpus.status();
   std::map<int, CpuSet> groups;
-  for (int cpu : cpus) {
-    Result<int> key = key_of(cpu);
-    if (!key.ok()) return key.status();
-    groups[*key].insert(cpu);
+  for (int cpu : *cpus) {
+    auto shared = (topo.*sharing)(cpu);
+    if (!shared.ok()) return shared.status();
+    if (shared->empty()) return invalid_argument("CPU " + std::to_string(cpu) + " " + nothing);
+    groups[*shared->begin()].insert(cpu);
   }
   return groups;
 }
@@ -125,15 +132,7 @@ Result<CpuSet> socket_mode(int gpu_index, const Topology& topo, const Machine& m
 Result<CpuSet> exclusive_mode(int gpu_index, const Topology& topo, const Machine& machine) {
   auto share = node_share(gpu_index, topo, machine);
   if (!share.ok()) return share.status();
-  auto cpus = allowed_node_cpus(share->node, topo, machine);
-  if (!cpus.ok()) return cpus.status();
-  // A physical core is named by the lowest CPU among its thread siblings.
-  auto cores = group_by(*cpus, [&](int cpu) -> Result<int> {
-    auto siblings = topo.thread_siblings_of(cpu);
-    if (!siblings.ok()) return siblings.status();
-    if (siblings->empty()) return invalid_argument("CPU " + std::to_string(cpu) + " lists no thread siblings");
-    return *siblings->begin();
-  });
+  auto cores = group_by_sharing(share->node, topo, machine, &Topology::thread_siblings_of, "lists no thread siblings");
   if (!cores.ok()) return cores.status();
   const int n = static_cast<int>(cores->size());
   const int per_gpu = n / share->gpus;
@@ -158,19 +157,9 @@ Result<CpuSet> exclusive_mode(int gpu_index, const Topology& topo, const Machine
 Result<CpuSet> core_complex_mode(int gpu_index, const Topology& topo, const Machine& machine) {
   auto share = node_share(gpu_index, topo, machine);
   if (!share.ok()) return share.status();
-  auto cpus = allowed_node_cpus(share->node, topo, machine);
-  if (!cpus.ok()) return cpus.status();
-  // A cache is named by the lowest CPU sharing it.
-  auto caches = group_by(*cpus, [&](int cpu) -> Result<int> {
-    auto sharing = topo.max_level_cache_of(cpu);
-    if (!sharing.ok()) return sharing.status();
-    if (sharing->empty()) {
-      return invalid_argument("CPU " + std::to_string(cpu) +
-                              " has no data or unified cache in sysfs, so its core complex is unknown; use "
-                              "--numa-binding=node or exclusive instead");
-    }
-    return *sharing->begin();
-  });
+  auto caches = group_by_sharing(share->node, topo, machine, &Topology::max_level_cache_of,
+                                 "has no data or unified cache in sysfs, so its core complex is unknown; use "
+                                 "--numa-binding=node or exclusive instead");
   if (!caches.ok()) return caches.status();
   if (caches->empty()) {
     return invalid_argument("NUMA node " + std::to_string(share->node) +
