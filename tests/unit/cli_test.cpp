@@ -295,7 +295,7 @@ TEST_CASE("the static backend's node rank and endpoint are checked once, when th
   CHECK(launch({"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=head:29400", "--node-rank=7", "x.py"}).ok());
 }
 
-TEST_CASE("--rdzv-conf's keys are resolved and checked once, when the command line resolves", "[cli]") {
+TEST_CASE("the keys of --rdzv-conf are resolved and checked once, when the command line resolves", "[cli]") {
   auto cfg = launch({"--nnodes=1:2", "--rdzv-endpoint=h:1", "--rdzv-backend=c10d", "--rdzv-conf",
                      "join_timeout=7,last_call_timeout=0.25,keep_alive_interval=2,keep_alive_max_attempt=4,"
                      "reconnect_timeout=9,is_host=no",
