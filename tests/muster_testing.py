@@ -342,6 +342,29 @@ def read_stderr_until(proc, pattern, timeout):
     return None, seen
 
 
+def envs(out):
+    """What the workers wrote as <name>.json in out (dump_env.py's records), by name."""
+    return {p.stem: json.loads(p.read_text()) for p in Path(out).glob("*.json")}
+
+
+def finish(procs, timeout=90):
+    """(returncode, stdout, stderr) of each process, waiting for each at most
+    timeout seconds times the slack."""
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout * SLACK)
+        results.append((p.returncode, out, err))
+    return results
+
+
+def kill_all(procs):
+    """Kills every process still running and reaps it."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=30)
+
+
 def finish_all(procs, timeout):
     """(returncode, stderr) of each process; on a timeout every one is killed."""
     results = []

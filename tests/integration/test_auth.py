@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (FAST_RDZV_CONF, DATA, SLACK, RdzvConn, base_env, free_port, musterd_log,
+from muster_testing import (envs, finish, FAST_RDZV_CONF, DATA, SLACK, RdzvConn, base_env, free_port, musterd_log,
                             port_open, run_muster, start_muster, start_musterd, stop_musterd, wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
@@ -95,18 +95,6 @@ def agent(endpoint, job, node, out, *worker_args, nnodes=2, key=None, env=None, 
     if key:
         args.append(f"--auth-key-file={key}")
     return start_muster([*args, *extra, WORKER, str(out), *worker_args], env=env)
-
-
-def envs(out):
-    return {p.stem: json.loads(p.read_text()) for p in Path(out).glob("*.json")}
-
-
-def finish(procs, timeout=90):
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=timeout * SLACK)
-        results.append((p.returncode, out, err))
-    return results
 
 
 def test_agents_with_the_key_form_a_job_on_musterd(tmp_path, keyed_musterd):

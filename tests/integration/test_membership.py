@@ -7,18 +7,16 @@ root cause, and a failure on another node is reported with its real pid.
 
 Each case is made deterministic by what it waits for (files written by
 rename, processes gone, lines logged), never by sleeping."""
-import json
 import math
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from muster_testing import (FAST_RDZV_CONF, KEEP_ALIVE_MAX_ATTEMPT, DATA, SLACK, RdzvConn, free_port, musterd_log, pid_alive, start_muster, start_musterd,
+from muster_testing import (envs, finish, kill_all, FAST_RDZV_CONF, KEEP_ALIVE_MAX_ATTEMPT, DATA, SLACK, RdzvConn, free_port, musterd_log, pid_alive, start_muster, start_musterd,
                             stop_musterd, wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
@@ -30,25 +28,6 @@ def agent(endpoint, job, node, nproc, nnodes, out, *worker_args, extra=(), conf=
     return start_muster([f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
                          f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job}", f"--rdzv-conf={conf}",
                          f"--local-addr=127.0.0.{node}", *extra, WORKER, str(out), *worker_args], env=env)
-
-
-def envs(out):
-    return {p.stem: json.loads(p.read_text()) for p in Path(out).glob("*.json")}
-
-
-def finish(procs, timeout=90):
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=timeout * SLACK)
-        results.append((p.returncode, out, err))
-    return results
-
-
-def kill_all(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.communicate(timeout=30)
 
 
 @pytest.fixture

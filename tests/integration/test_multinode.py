@@ -2,16 +2,11 @@
 --local-addr in 127.0.0.0/8: the rendezvous hosted by the agent that owns the
 endpoint or by musterd, heterogeneous nodes, a node killed mid-job, a late
 joiner, failures with and without restarts left."""
-import json
-import os
-import re
 import signal
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from muster_testing import (FAST_RDZV_CONF, DATA, SLACK, base_env, free_port, port_open, start_muster, start_musterd, stop_musterd,
+from muster_testing import (envs, finish, FAST_RDZV_CONF, DATA, SLACK, free_port, port_open, start_muster, start_musterd, stop_musterd,
                             wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
@@ -22,18 +17,6 @@ def agent(endpoint, job, node, nproc, nnodes, out, *worker_args, extra=(), conf=
     return start_muster([f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
                          f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job}", f"--rdzv-conf={conf}",
                          f"--local-addr=127.0.0.{node}", *extra, WORKER, str(out), *worker_args])
-
-
-def finish(procs, timeout=90):
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=timeout * SLACK)
-        results.append((p.returncode, out, err))
-    return results
-
-
-def envs(out):
-    return {p.stem: json.loads(p.read_text()) for p in Path(out).glob("*.json")}
 
 
 @pytest.fixture

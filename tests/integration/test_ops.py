@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import (FAST_RDZV_CONF, DATA, SLACK, RdzvConn, base_env, free_port, read_stderr_until, run_muster,
+from muster_testing import (finish, FAST_RDZV_CONF, DATA, SLACK, RdzvConn, base_env, free_port, read_stderr_until, run_muster,
                             start_muster, start_musterd, stop_musterd, wait_for)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,14 +34,6 @@ def agent(endpoint, job, node, out, *worker_args, key=None, extra=(), env=None):
                          f"--rdzv-id={job}", f"--rdzv-conf={FAST}", f"--local-addr=127.0.0.{node}",
                          *([f"--auth-key-file={key}"] if key else []), *extra, WORKER, str(out), *worker_args],
                         env=env)
-
-
-def finish(procs, timeout=90):
-    out = []
-    for p in procs:
-        o, e = p.communicate(timeout=timeout * SLACK)
-        out.append((p.returncode, o, e))
-    return out
 
 
 def scrape(port):
