@@ -274,8 +274,12 @@ void RendezvousMember::handle(const rendezvous::out::Waiting& w) {
                ": round " + std::to_string(w.round) + " has " + std::to_string(w.joined) + " of " +
                std::to_string(w.min_nodes) + ".." + std::to_string(w.max_nodes) + " nodes" +
                (w.waiting > 0 ? " (" + std::to_string(w.waiting) + " more waiting)" : std::string()) + "; " +
-               seconds_text(std::chrono::duration_cast<std::chrono::seconds>(w.join_timeout_left)) +
-               " left of join_timeout");
+               (w.last_call_left
+                    ? "it closes in " +
+                          seconds_text(std::chrono::duration_cast<std::chrono::seconds>(*w.last_call_left)) +
+                          " (last_call_timeout)"
+                    : seconds_text(std::chrono::duration_cast<std::chrono::seconds>(w.join_timeout_left)) +
+                          " left of join_timeout"));
 }
 
 void RendezvousMember::handle(const rendezvous::out::Restart& r) {

@@ -297,13 +297,18 @@ std::optional<out::Waiting> Rendezvous::progress(MemberId member, TimePoint now)
   auto left = it->second.join_deadline > now
                   ? std::chrono::duration_cast<Duration>(it->second.join_deadline - now)
                   : Duration(0);
-  return out::Waiting{member,
-                      round_,
-                      static_cast<int>(state_ == State::forming ? participants_.size() : ranked_.size()),
-                      static_cast<int>(waiting_.size()),
-                      settings_.min_nodes,
-                      settings_.max_nodes,
-                      left};
+  out::Waiting w{member,
+                 round_,
+                 static_cast<int>(state_ == State::forming ? participants_.size() : ranked_.size()),
+                 static_cast<int>(waiting_.size()),
+                 settings_.min_nodes,
+                 settings_.max_nodes,
+                 left,
+                 std::nullopt};
+  if (state_ == State::forming && last_call_ && participants_.count(member)) {
+    w.last_call_left = *last_call_ > now ? std::chrono::duration_cast<Duration>(*last_call_ - now) : Duration(0);
+  }
+  return w;
 }
 
 void Rendezvous::note(std::vector<Output>& out, std::string text, bool warning) const {

@@ -655,14 +655,17 @@ json to_json(const Output& o) {
     return {{"type", "resumed"}, {"v", kProtocolVersion}, {"round", r->round}};
   }
   if (const auto* w = std::get_if<out::Waiting>(&o)) {
-    return {{"type", "waiting"},
-            {"v", kProtocolVersion},
-            {"round", w->round},
-            {"joined", w->joined},
-            {"waiting", w->waiting},
-            {"min_nodes", w->min_nodes},
-            {"max_nodes", w->max_nodes},
-            {"join_timeout_left_ms", w->join_timeout_left.count()}};
+    json x = {{"type", "waiting"},
+              {"v", kProtocolVersion},
+              {"round", w->round},
+              {"joined", w->joined},
+              {"waiting", w->waiting},
+              {"min_nodes", w->min_nodes},
+              {"max_nodes", w->max_nodes},
+              {"join_timeout_left_ms", w->join_timeout_left.count()}};
+    // A field older agents ignore.
+    if (w->last_call_left) x["last_call_left_ms"] = w->last_call_left->count();
+    return x;
   }
   if (const auto* l = std::get_if<out::Log>(&o)) {
     // Never sent: the server logs these.
@@ -769,8 +772,11 @@ Result<ServerMessage> server_message_from_json(const json& j) {
     f.integer("min_nodes", 1, kMaxNodes, x.min_nodes);
     f.integer("max_nodes", 1, kMaxNodes, x.max_nodes);
     f.integer("join_timeout_left_ms", 0, kMaxTimeoutMs, left);
+    long long last_call = 0;
+    bool closing = f.integer("last_call_left_ms", 0, kMaxTimeoutMs, last_call, false);
     if (!f.ok()) return f.status();
     x.join_timeout_left = Duration(left);
+    if (closing) x.last_call_left = Duration(last_call);
     return ServerMessage(x);
   }
   return invalid_argument("unknown message type '" + log_excerpt(type, 64) + "' from the rendezvous");

@@ -550,7 +550,14 @@ TEST_CASE("a waiting member can ask where the round stands", "[rdzv][membership]
   CHECK(p->min_nodes == 2);
   CHECK(p->max_nodes == 3);
   CHECK(p->join_timeout_left == 590s);
+  CHECK_FALSE(p->last_call_left);  // below its minimum: join_timeout is what runs
   job.join(2, "n2");
+  // At its minimum the round closes when last_call_timeout (30 s) has passed:
+  // that is what a waiting member is told, not join_timeout.
+  auto closing = job.rdzv.progress(1, job.now + 10s);
+  REQUIRE(closing);
+  REQUIRE(closing->last_call_left);
+  CHECK(*closing->last_call_left == 20s);
   job.advance(31s);
   CHECK_FALSE(job.rdzv.progress(1, job.now));  // running: nothing to wait for
 }

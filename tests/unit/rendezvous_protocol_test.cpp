@@ -204,6 +204,11 @@ TEST_CASE("membership messages round-trip and their fields are checked", "[frame
   const auto& w = std::get<out::Waiting>(waiting.value());
   CHECK((w.round == 2 && w.joined == 1 && w.waiting == 3 && w.min_nodes == 2 && w.max_nodes == 4));
   CHECK(w.join_timeout_left == Duration(5000));
+  CHECK_FALSE(w.last_call_left);  // absent (an older rendezvous sends none)
+  auto closing = server_message_from_json(
+      to_json(Output(out::Waiting{0, 2, 2, 0, 2, 4, Duration(5000), Duration(1500)})));
+  REQUIRE(closing.ok());
+  CHECK(std::get<out::Waiting>(closing.value()).last_call_left == Duration(1500));
   auto bad = to_json(Output(out::Waiting{0, 2, 1, 3, 2, 4, Duration(5000)}));
   bad.erase("joined");
   CHECK_FALSE(server_message_from_json(bad).ok());

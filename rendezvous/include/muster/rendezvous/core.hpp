@@ -180,6 +180,9 @@ struct Waiting {
   int min_nodes = 0;
   int max_nodes = 0;
   Duration join_timeout_left{0};
+  // The round has its minimum and closes when last_call_timeout has passed:
+  // that is what the member waits for then, not join_timeout.
+  std::optional<Duration> last_call_left;
 };
 // A line for the rendezvous host's log (member 0: delivered to nobody).
 struct Log {
