@@ -28,7 +28,13 @@ std::vector<Action> AgentCore::on_assignment(int restart_count) {
   return begin_attempt();
 }
 
-std::vector<Action> AgentCore::on_restart_order() { return order(Then::rejoin, 1, StopReason::ordered); }
+std::vector<Action> AgentCore::on_restart_order(bool counts_as_failure) {
+  auto out = order(Then::rejoin, 1, StopReason::ordered);
+  if (counts_as_failure && !out.empty() && restart_count_ < max_restarts_) {
+    out.push_back(action::AnnounceRestart{max_restarts_ - restart_count_, max_restarts_});
+  }
+  return out;
+}
 
 std::vector<Action> AgentCore::on_finish_order(int exit_code) {
   return order(Then::finish, exit_code, StopReason::ordered);
@@ -100,6 +106,7 @@ std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status)
         out.push_back(action::SignalWorkers{SIGTERM});
         out.push_back(action::ArmShutdownTimer{});
       }
+      announce_restart(out);
     }
   } else if (!status.success()) {
     bool known = false;  // taken for hung before it exited: its failure is recorded already
@@ -129,7 +136,15 @@ std::vector<Action> AgentCore::on_worker_hung(int local_rank) {
   if (coordinated_) out.push_back(action::ReportFailure{local_rank});
   out.push_back(action::SignalWorkers{SIGTERM});
   out.push_back(action::ArmShutdownTimer{});
+  announce_restart(out);
   return out;
+}
+
+void AgentCore::announce_restart(std::vector<Action>& out) const {
+  // One node decides its restart itself; many learn it from the rendezvous's order.
+  if (!coordinated_ && restart_count_ < max_restarts_) {
+    out.push_back(action::AnnounceRestart{max_restarts_ - restart_count_, max_restarts_});
+  }
 }
 
 std::vector<Action> AgentCore::after_exit() {

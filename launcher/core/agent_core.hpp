@@ -34,6 +34,14 @@ namespace action {
 struct StartWorkers {
   int restart_count = 0;
 };
+// The group failed and will be restarted: torchrun's "Worker group FAILED.
+// <left>/<max> attempts left" line, said when that is decided (the failure
+// seen on one node; the rendezvous's counted restart order on many), not when
+// the new workers start.
+struct AnnounceRestart {
+  int attempts_left = 0;
+  int max_restarts = 0;
+};
 struct SignalWorkers {  // to every worker still running
   int signo = 0;
 };
@@ -61,7 +69,7 @@ struct Rejoin {
 };
 }  // namespace action
 
-using Action = std::variant<action::StartWorkers, action::SignalWorkers, action::ArmShutdownTimer,
+using Action = std::variant<action::StartWorkers, action::AnnounceRestart, action::SignalWorkers, action::ArmShutdownTimer,
                             action::CancelShutdownTimer, action::KillWorkers, action::AbandonWorkers,
                             action::ReportFailure, action::ReportSuccess, action::Rejoin, action::Finish>;
 
@@ -88,7 +96,8 @@ class AgentCore {
   // Coordinated mode: the rendezvous assigned a round; start its workers.
   std::vector<Action> on_assignment(int restart_count);
   // Coordinated mode: the job re-forms; Rejoin once the workers are down.
-  std::vector<Action> on_restart_order();
+  // counts_as_failure: the rendezvous counted this restart against --max-restarts.
+  std::vector<Action> on_restart_order(bool counts_as_failure);
   // Coordinated mode: the job is over; Finish(exit_code) once the workers are down.
   std::vector<Action> on_finish_order(int exit_code);
   // Coordinated mode: the rendezvous dropped this node, or the node could not
@@ -127,6 +136,7 @@ class AgentCore {
  private:
   enum class Then { wait, rejoin, rejoin_fenced, finish };
   std::vector<Action> after_exit();
+  void announce_restart(std::vector<Action>& out) const;
   std::vector<Action> begin_attempt();
   std::vector<Action> order(Then then, int exit_code, StopReason reason);
   std::vector<Action> follow_order();

@@ -396,13 +396,11 @@ void Agent::apply(const std::vector<Action>& actions) {
   for (const auto& a : actions) {
     if (finished_) return;
     if (const auto* start = std::get_if<action::StartWorkers>(&a)) {
-      if (start->restart_count > 0) {
-        rendezvous_started_ = std::chrono::steady_clock::now();
-        log::warning("[" + cfg_.role + "] Worker group FAILED. " +
-                     std::to_string(core_.remaining_restarts() + 1) + "/" + std::to_string(cfg_.max_restarts) +
-                     " attempts left; will restart worker group");
-      }
+      if (start->restart_count > 0) rendezvous_started_ = std::chrono::steady_clock::now();
       start_workers(start->restart_count);
+    } else if (const auto* failed = std::get_if<action::AnnounceRestart>(&a)) {
+      log::warning("[" + cfg_.role + "] Worker group FAILED. " + std::to_string(failed->attempts_left) + "/" +
+                   std::to_string(failed->max_restarts) + " attempts left; will restart worker group");
     } else if (const auto* sig = std::get_if<action::SignalWorkers>(&a)) {
       last_stop_signal_ = sig->signo;
       for (int lr : supervisor_.running()) {

@@ -54,7 +54,7 @@ Status Agent::setup_rendezvous() {
   id.is_host = rdzv_host_->hosting();
   RendezvousMember::Events events;
   events.assigned = [this](const rendezvous::out::Assign& a) { on_assigned(a); };
-  events.restart = [this] { apply(core_.on_restart_order()); };
+  events.restart = [this](bool counts_as_failure) { apply(core_.on_restart_order(counts_as_failure)); };
   events.finish = [this](int code, const std::optional<rendezvous::FailureInfo>& root_cause) {
     if (root_cause) job_root_cause_ = root_cause;
     apply(core_.on_finish_order(code));

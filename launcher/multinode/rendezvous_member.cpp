@@ -290,7 +290,7 @@ void RendezvousMember::handle(const rendezvous::out::Restart& r) {
   if (shutting_down()) return;
   log::warning("[" + id_.role + "] the job re-forms (" + log_excerpt(r.reason, 1000) +
                "); will restart worker group");
-  events_.restart();
+  events_.restart(r.counts_as_failure);
 }
 
 void RendezvousMember::handle(const rendezvous::out::Fenced& fen) {

@@ -9,7 +9,8 @@
 // Contract:
 // - start() connects and joins. Each round the rendezvous assigns is
 //   events.assigned; the workers run under it.
-// - events.restart: the job re-forms. The agent stops its workers, then
+// - events.restart(counts_as_failure): the job re-forms (counted against
+//   --max-restarts when a failure caused it). The agent stops its workers, then
 //   calls rejoin().
 // - events.finish(code, root cause): the job is over; the root cause is the
 //   failure the rendezvous names for a failed job.
@@ -82,7 +83,7 @@ class RendezvousMember {
  public:
   struct Events {
     std::function<void(const rendezvous::out::Assign&)> assigned;
-    std::function<void()> restart;
+    std::function<void(bool counts_as_failure)> restart;
     std::function<void(int exit_code, const std::optional<rendezvous::FailureInfo>& root_cause)> finish;
     std::function<void()> fenced;
     std::function<void(const Status&)> failed;

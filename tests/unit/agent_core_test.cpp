@@ -233,7 +233,7 @@ TEST_CASE("coordinated: a signal still ends the run with 1", "[core]") {
 TEST_CASE("coordinated: a restart order stops the workers, then rejoins", "[core][membership]") {
   AgentCore core(2, 0, true);
   core.on_assignment(0);
-  CHECK(has<action::SignalWorkers>(core.on_restart_order()));
+  CHECK(has<action::SignalWorkers>(core.on_restart_order(false)));
   CHECK_FALSE(has<action::Rejoin>(core.on_worker_exit(0, sig(SIGTERM))));
   auto down = core.on_worker_exit(1, sig(SIGTERM));
   REQUIRE(has<action::Rejoin>(down));
@@ -247,7 +247,7 @@ TEST_CASE("coordinated: an order that comes while the workers are down is follow
   core.on_assignment(0);
   core.on_worker_exit(0, code(1));  // reported; waiting for the rendezvous's word
   CHECK(core.phase() == Phase::waiting);
-  CHECK(has<action::Rejoin>(core.on_restart_order()));
+  CHECK(has<action::Rejoin>(core.on_restart_order(false)));
   CHECK(finish_code(core.on_finish_order(1)) == 1);
 }
 
@@ -269,7 +269,7 @@ TEST_CASE("coordinated: a finish order is not undone by a later restart order", 
   AgentCore core(1, 0, true);
   core.on_assignment(0);
   core.on_finish_order(1);
-  CHECK(core.on_restart_order().empty());
+  CHECK(core.on_restart_order(false).empty());
   CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == 1);
 }
 
@@ -287,7 +287,7 @@ TEST_CASE("coordinated: a signal is the root cause and no order changes that", "
   AgentCore core(2, 0, true);
   core.on_assignment(0);
   core.on_signal(SIGTERM);
-  CHECK(core.on_restart_order().empty());
+  CHECK(core.on_restart_order(false).empty());
   CHECK(core.on_fenced().empty());
   CHECK(core.on_finish_order(0).empty());
   core.on_worker_exit(0, code(42));  // hit by the same signal: a victim
@@ -318,4 +318,31 @@ TEST_CASE("the lease lapses dead_after past the send time of the latest acknowle
   CHECK(lease.expires() == t0 + 35s);
   CHECK_FALSE(lease.lapsed(t0 + 34s));
   CHECK(lease.lapsed(t0 + 35s));
+}
+
+TEST_CASE("a restart is announced when it is decided, not when the new workers start", "[core]") {
+  // One node: at the failure, with torchrun's count (left before this restart / max).
+  AgentCore core(2, 2);
+  core.start();
+  auto fail = core.on_worker_exit(0, code(3));
+  REQUIRE(has<action::AnnounceRestart>(fail));
+  auto announced = std::get<action::AnnounceRestart>(fail.back());
+  CHECK(announced.attempts_left == 2);
+  CHECK(announced.max_restarts == 2);
+  CHECK_FALSE(has<action::AnnounceRestart>(core.on_worker_exit(1, sig(SIGTERM))));  // the restart itself: no line
+  core.on_worker_exit(0, code(3));
+  core.on_worker_exit(1, sig(SIGTERM));
+  CHECK(core.restart_count() == 2);
+  // No restarts left: nothing announced, the job ends.
+  CHECK_FALSE(has<action::AnnounceRestart>(core.on_worker_exit(0, code(3))));
+
+  // Many nodes: when the rendezvous's restart order counts the failure.
+  AgentCore member(1, 3, true);
+  member.on_assignment(1);
+  auto counted = member.on_restart_order(true);
+  REQUIRE(has<action::AnnounceRestart>(counted));
+  CHECK(std::get<action::AnnounceRestart>(counted.back()).attempts_left == 2);
+  AgentCore other(1, 3, true);
+  other.on_assignment(1);
+  CHECK_FALSE(has<action::AnnounceRestart>(other.on_restart_order(false)));  // a membership change
 }

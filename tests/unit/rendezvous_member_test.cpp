@@ -58,9 +58,9 @@ struct Node {
       assigned.push_back(a);
       apply(core.on_assignment(a.restart_count));
     };
-    ev.restart = [this] {
+    ev.restart = [this](bool counts_as_failure) {
       ++restarts;
-      apply(core.on_restart_order());
+      apply(core.on_restart_order(counts_as_failure));
     };
     ev.finish = [this](int code, const std::optional<rendezvous::FailureInfo>& root) {
       root_cause = root;
