@@ -107,6 +107,7 @@ void RendezvousMember::on_connected() {
   if (left_) return;
   reconnecting_ = false;
   last_heard_ = std::chrono::steady_clock::now();
+  heard_on_connection_ = false;
   // The lease is not renewed here: a connection proves nothing until the
   // rendezvous answers (an ack, or the assign or resumed that the join sent
   // now brings, which renews it from this send time).
@@ -170,7 +171,7 @@ void RendezvousMember::heartbeat_loop() {
   auto every = join_pending_ ? std::min(settings_.rdzv.keep_alive_interval, kProgressEvery)
                              : settings_.rdzv.keep_alive_interval;
   heartbeat_timer_.expires_after(every);
-  heartbeat_timer_.async_wait([this](const boost::system::error_code& ec) {
+  heartbeat_timer_.async_wait([this, every](const boost::system::error_code& ec) {
     if (ec || left_) return;
     // Woken late (the agent was paused): the lease may have lapsed meanwhile,
     // and a heartbeat now must not hide it.
@@ -178,11 +179,21 @@ void RendezvousMember::heartbeat_loop() {
     if (left_) return;
     // A rendezvous that accepts bytes and never answers (stopped, stuck)
     // would leave a waiting node waiting for ever: its kernel still ACKs.
-    if (join_pending_ && !assignment_ && rdzv_->connected() &&
-        std::chrono::steady_clock::now() - last_heard_ >= settings_.reconnect_timeout) {
-      return on_error(Status(Code::unavailable, "the rendezvous at " + rdzv_->address() + " has not answered for " +
-                                                    seconds_text(settings_.reconnect_timeout) +
-                                                    " (--rdzv-conf reconnect_timeout)"));
+    auto now = std::chrono::steady_clock::now();
+    if (join_pending_ && !assignment_ && rdzv_->connected()) {
+      if (now - last_heard_ >= settings_.reconnect_timeout) {
+        return on_error(Status(Code::unavailable, silence_text(now - last_heard_) + "; gave up after " +
+                                                      seconds_text(settings_.reconnect_timeout) +
+                                                      " (--rdzv-conf reconnect_timeout)"));
+      }
+      // A rendezvous acknowledges every heartbeat: silence past two of them
+      // (and the usual few seconds) is said, every few seconds, as any other wait is.
+      auto quiet_enough = std::max<std::chrono::steady_clock::duration>(kWaitingNoteEvery, 2 * every);
+      if (now - last_heard_ > quiet_enough && now - last_progress_note_ >= kWaitingNoteEvery) {
+        last_progress_note_ = now;
+        log::warning("[" + id_.role + "] " + silence_text(now - last_heard_) + "; waiting up to " +
+                     seconds_text(settings_.reconnect_timeout) + " (--rdzv-conf reconnect_timeout)");
+      }
     }
     if (rdzv_->connected()) {
       rendezvous::HeartbeatMessage beat;
@@ -193,6 +204,17 @@ void RendezvousMember::heartbeat_loop() {
     }
     heartbeat_loop();
   });
+}
+
+std::string RendezvousMember::silence_text(std::chrono::steady_clock::duration silent) const {
+  std::string text = "the rendezvous at " + rdzv_->address() + " has not answered the join of job '" + id_.job +
+                     "' for " + seconds_text(std::chrono::duration_cast<std::chrono::seconds>(silent));
+  if (heard_on_connection_) return text;
+  // A muster rendezvous answers a join at once (an assignment, or where the
+  // round stands): a port that takes the connection and says nothing is
+  // most likely held by another program.
+  return text + ": something other than a muster rendezvous seems to hold that port (it took the connection "
+                "and has said nothing); check --rdzv-endpoint";
 }
 
 void RendezvousMember::arm_lease_timer() {
@@ -234,6 +256,7 @@ void RendezvousMember::on_message(const json& raw) {
   }
   const auto& m = decoded.value();
   last_heard_ = std::chrono::steady_clock::now();
+  heard_on_connection_ = true;
   if (!std::holds_alternative<rendezvous::out::Reject>(m)) already_exists_since_.reset();
   std::visit([this](const auto& message) { handle(message); }, m);
 }

@@ -165,6 +165,9 @@ class RendezvousMember {
   std::chrono::steady_clock::time_point last_progress_note_{};
   std::chrono::steady_clock::time_point join_sent_at_{};  // the latest join or resume
   std::chrono::steady_clock::time_point last_heard_{};    // the latest message from the rendezvous
+  bool heard_on_connection_ = false;  // the current connection has brought a message
+  // What a waiting node says when the rendezvous is silent.
+  std::string silence_text(std::chrono::steady_clock::duration silent) const;
   std::optional<std::chrono::steady_clock::time_point> already_exists_since_;
   boost::asio::steady_timer heartbeat_timer_;
   boost::asio::steady_timer lease_timer_;

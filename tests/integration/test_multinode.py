@@ -140,3 +140,44 @@ def test_the_static_backend_uses_node_ranks_and_master_port(tmp_path):
     assert {w["MASTER_PORT"] for w in e.values()} == {str(port)}  # as torchrun: the store on --master-port
     assert {w["MASTER_ADDR"] for w in e.values()} == {"127.0.0.1"}
     assert {w["TORCHELASTIC_RUN_ID"] for w in e.values()} == {"none"}
+
+
+def test_an_endpoint_held_by_another_program_is_named_every_few_seconds_then_given_up(tmp_path):
+    # A program that takes connections and never says a word, where the rendezvous should be.
+    import socket
+    import threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held = []
+    stop = threading.Event()
+
+    def take():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
+    give_up = 8 * SLACK
+    try:
+        proc = agent(endpoint, "held", 2, 1, 2, tmp_path,
+                     conf=f"keep_alive_interval=1,keep_alive_max_attempt=3,reconnect_timeout={give_up:g}")
+        (rc, _, err), = finish([proc], timeout=60)
+    finally:
+        stop.set()
+        taker.join(timeout=10)
+        for c in held:
+            c.close()
+        listener.close()
+    assert rc == 1, err
+    hint = "something other than a muster rendezvous seems to hold that port (it took the connection and has said nothing)"
+    # Said while it waits (every few seconds), and in the error that ends the launch.
+    assert "has not answered the join of job 'held' for " in err and f"waiting up to {give_up:g} s" in err, err
+    assert err.count(hint) >= 2, err
+    assert f"muster: error: the rendezvous at {endpoint} has not answered the join" in err
+    assert f"gave up after {give_up:g} s (--rdzv-conf reconnect_timeout)" in err
