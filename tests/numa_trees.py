@@ -136,6 +136,18 @@ def _build(name, *, sockets, nodes_per_socket, cores_per_node, smt, ccx_cores, g
     return m
 
 
+def _tied_caches():
+    """One socket, one node, 8 cores, and two unified caches at level 3 for
+    every CPU: a 4-core one and the whole socket's. torch takes whichever its
+    directory listing gives first; muster must take the same."""
+    m = _build("tied_caches", sockets=1, nodes_per_socket=1, cores_per_node=8, smt=1, ccx_cores=4,
+               gpus_on_nodes=[0, 0, 0])
+    everything = sorted(m.cpus)
+    for cpu in m.cpus.values():
+        cpu.caches = cpu.caches + [(3, "Unified", everything)]
+    return m
+
+
 def machines():
     """The test machines, by name."""
     return {
@@ -157,6 +169,7 @@ def machines():
                                 pci_numa={1: -1}),
         # Two sockets, three nodes online (two on the first), a fourth offline (in node/possible,
         # without a folder): torch's socket mode fails on it, its other modes do not.
+        "tied_caches": _tied_caches(),
         "offline_node": _build("offline_node", sockets=2, nodes_per_socket=2, cores_per_node=[8, 8, 8], smt=2,
                                ccx_cores=4, gpus_on_nodes=[0, 1, 2, 2], offline=1),
     }

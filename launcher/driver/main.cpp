@@ -18,6 +18,7 @@
 #include "cli.hpp"
 #include "cuda_devices.hpp"
 #include "numa_binding.hpp"
+#include "plan_process.hpp"
 #include "python_env.hpp"
 #include "muster/metrics/http.hpp"
 #include "muster/common/version.hpp"
@@ -199,7 +200,10 @@ int main(int argc, char** argv) {
   if (cfg->numa_binding) {
     // Once, before the rendezvous: a binding that cannot be made ends the
     // launch (exit 1), and is never a restart.
-    auto bindings = plan_numa_binding(*cfg->numa_binding, cfg->nproc_per_node, env);
+    // In a child: the CUDA driver and hwloc's plugins stay out of the agent.
+    const auto mode = *cfg->numa_binding;
+    const int nproc = cfg->nproc_per_node;
+    auto bindings = muster::launcher::numa::plan_in_child([&] { return plan_numa_binding(mode, nproc, env); });
     if (!bindings.ok()) {
       std::fprintf(stderr, "muster: error: %s\n", bindings.status().message().c_str());
       return 1;

@@ -38,6 +38,7 @@ Result<std::vector<std::string>> cuda_pci_addresses() {
   auto bus_id = reinterpret_cast<CuDeviceGetPciBusId>(dlsym(lib, "cuDeviceGetPCIBusId"));
   auto error_string = reinterpret_cast<CuGetErrorString>(dlsym(lib, "cuGetErrorString"));
   if (init == nullptr || count_fn == nullptr || get == nullptr || bus_id == nullptr) {
+    dlclose(lib);
     return Status(Code::not_found, "the CUDA driver library libcuda.so.1 lacks cuInit, cuDeviceGetCount, "
                                    "cuDeviceGet or cuDeviceGetPCIBusId; update the NVIDIA driver");
   }

@@ -47,14 +47,27 @@ Result<CpuSet> allowed_node_cpus(int node, const Topology& topo, const Machine& 
 
 // The lowest allowed CPU of a node: torch's stand-in for the node when it asks
 // for the node's socket. A node with none (no CPUs, or none this launcher may
-// use) has no socket, and torch fails there.
-Result<int> lowest_allowed_cpu(int node, const Topology& topo, const Machine& machine) {
+// use) has no socket, and torch fails there. gpu_node: the node is the GPU's
+// own (nothing near the GPU to bind to), not another node socket mode looks at.
+Result<int> lowest_allowed_cpu(int node, bool gpu_node, const Topology& topo, const Machine& machine) {
   auto cpus = allowed_node_cpus(node, topo, machine);
-  if (!cpus.ok()) return cpus.status();
+  if (!cpus.ok()) {
+    if (gpu_node) return cpus.status();
+    return Status(cpus.status().code(), "--numa-binding=socket looks at every possible NUMA node, and " +
+                                            cpus.status().message() +
+                                            "; use --numa-binding=node, exclusive or core-complex, which look at "
+                                            "the GPU's own node only");
+  }
   if (cpus->empty()) {
+    if (gpu_node) {
+      return invalid_argument("NUMA node " + std::to_string(node) +
+                              " of the GPU has no CPU this launcher may use; widen the launcher's CPU affinity, "
+                              "or drop --numa-binding");
+    }
     return invalid_argument("NUMA node " + std::to_string(node) +
                             " has no CPU this launcher may use (a CPU-less memory node, or one outside its "
-                            "affinity), so its socket is unknown; use --numa-binding=node or exclusive instead");
+                            "affinity), so its socket is unknown; use --numa-binding=node, exclusive or "
+                            "core-complex, which look at the GPU's own node only");
   }
   return *cpus->begin();
 }
@@ -109,7 +122,7 @@ Result<CpuSet> node_mode(int gpu_index, const Topology& topo, const Machine& mac
 Result<CpuSet> socket_mode(int gpu_index, const Topology& topo, const Machine& machine) {
   auto node = numa_node_of_gpu(gpu_index, topo, machine);
   if (!node.ok()) return node.status();
-  auto anchor = lowest_allowed_cpu(*node, topo, machine);
+  auto anchor = lowest_allowed_cpu(*node, true, topo, machine);
   if (!anchor.ok()) return anchor.status();
   auto socket = topo.package_of(*anchor);
   if (!socket.ok()) return socket.status();
@@ -117,7 +130,7 @@ Result<CpuSet> socket_mode(int gpu_index, const Topology& topo, const Machine& m
   if (!nodes.ok()) return nodes.status();
   CpuSet out;
   for (int n : *nodes) {
-    auto first = lowest_allowed_cpu(n, topo, machine);
+    auto first = lowest_allowed_cpu(n, n == *node, topo, machine);
     if (!first.ok()) return first.status();
     auto package = topo.package_of(*first);
     if (!package.ok()) return package.status();
@@ -140,8 +153,9 @@ Result<CpuSet> exclusive_mode(int gpu_index, const Topology& topo, const Machine
   if (per_gpu < 1) {
     return invalid_argument("NUMA node " + std::to_string(share->node) + " has " + std::to_string(n) +
                             " physical cores this launcher may use but " + std::to_string(share->gpus) +
-                            " GPUs, so --numa-binding=exclusive cannot give each its own core; use "
-                            "--numa-binding=node, or widen the launcher's CPU affinity");
+                            " GPUs, so --numa-binding=exclusive cannot give each its own core; " +
+                            (n > 0 ? "use --numa-binding=node, or widen the launcher's CPU affinity"
+                                   : "widen the launcher's CPU affinity, or drop --numa-binding"));
   }
   const int start = share->position * per_gpu + std::min(share->position, extra);
   const int end = start + per_gpu + (share->position < extra ? 1 : 0);
@@ -163,8 +177,8 @@ Result<CpuSet> core_complex_mode(int gpu_index, const Topology& topo, const Mach
   if (!caches.ok()) return caches.status();
   if (caches->empty()) {
     return invalid_argument("NUMA node " + std::to_string(share->node) +
-                            " has no CPU this launcher may use; use --numa-binding=node or widen the "
-                            "launcher's CPU affinity");
+                            " has no CPU this launcher may use; widen the launcher's CPU affinity, or drop "
+                            "--numa-binding");
   }
   std::vector<std::pair<int, const CpuSet*>> order;
   for (const auto& [cache, members] : *caches) order.emplace_back(cache, &members);
@@ -279,7 +293,7 @@ Result<CpuSet> cpus_for_gpu(Mode mode, int gpu_index, const Topology& topo, cons
     return invalid_argument(std::string("--numa-binding=") + mode_name(mode) + " finds no CPU for cuda:" +
                             std::to_string(gpu_index) +
                             " that this launcher may use (its NUMA node has no CPUs, or none in the launcher's "
-                            "affinity); use another mode, or widen the launcher's CPU affinity");
+                            "affinity); widen the launcher's CPU affinity, or drop --numa-binding");
   }
   return cpus;
 }
@@ -324,8 +338,7 @@ Result<CpuSet> SysfsTopology::node_cpus(int node) const {
   auto cpus = read_cpu_list(file);
   if (!cpus.ok() && cpus.status().code() == Code::not_found) {
     return invalid_argument("cannot determine the CPUs of NUMA node " + std::to_string(node) + " (" +
-                            cpus.status().message() + "); the node seems offline: use --numa-binding=node or "
-                            "exclusive, which look at the GPU's own node only");
+                            cpus.status().message() + "): the node seems offline");
   }
   return cpus;
 }
@@ -347,18 +360,20 @@ Result<CpuSet> SysfsTopology::max_level_cache_of(int cpu) const {
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
   if (ec) return not_found("cannot list " + dir + ": " + ec.message());
-  // index<N> in N's order: of two caches at the same level, the first counts.
-  std::map<long, std::string> entries;
+  // In the directory's own order (readdir's, as torch's os.listdir): of two
+  // caches at the same level, the first listed counts, as in torch.
+  std::vector<std::string> entries;
   for (const auto& entry : it) {
     std::string name = entry.path().filename().string();
-    if (name.rfind("index", 0) != 0) continue;
-    auto n = parse_long(std::string_view(name).substr(5));
-    if (!n || name.size() == 5 || !std::all_of(name.begin() + 5, name.end(), ::isdigit)) continue;
-    entries.emplace(*n, entry.path().string());
+    if (name.size() <= 5 || name.rfind("index", 0) != 0 ||
+        !std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    entries.push_back(entry.path().string());
   }
   long max_level = -1;
   CpuSet sharing;
-  for (const auto& [n, entry] : entries) {
+  for (const auto& entry : entries) {
     auto type = read_file(entry + "/type");
     if (!type.ok()) return type.status();
     if (trim(*type) != "Unified" && trim(*type) != "Data") continue;

@@ -21,14 +21,16 @@
 //    A GPU's NUMA node is its PCI device's numa_node, -1 read as 0.
 //  * open_topology() reads the machine under $HWLOC_FSROOT ("/" when unset:
 //    the tests give a whole fake machine there, which hwloc reads too).
-//    hwloc (when muster is built with it) answers package_of,
-//    thread_siblings_of and max_level_cache_of: its Package, Core and cache
-//    objects are made from the very files torch reads. sysfs answers the rest,
-//    where hwloc's model is not torch's: it lists online NUMA nodes only (torch
-//    walks node/possible), gives a CPU-less node its locality's CPUs where the
-//    firmware describes one (torch's cpulist is empty), attaches a PCI device
-//    whose numa_node is -1 to the whole machine (torch reads node 0), and
-//    allows the cgroup's CPUs (torch: the launcher's sched_getaffinity).
+//    hwloc (when muster is built with it) answers package_of and
+//    thread_siblings_of: its Package and Core objects are the kernel's package
+//    and thread-sibling facts. sysfs answers the rest, where hwloc's model is
+//    not torch's: it lists online NUMA nodes only (torch walks node/possible),
+//    gives a CPU-less node its locality's CPUs where the firmware describes
+//    one (torch's cpulist is empty), attaches a PCI device whose numa_node is
+//    -1 to the whole machine (torch reads node 0), nests caches in a tree (of
+//    two at the same highest level torch takes the one its directory listing
+//    gives first), and allows the cgroup's CPUs (torch: the launcher's
+//    sched_getaffinity).
 //  * An empty set is an error: a worker is never bound to nothing.
 #pragma once
 
@@ -69,7 +71,8 @@ class Topology {
   // /sys/devices/system/cpu/cpu<N>/topology/thread_siblings_list
   virtual Result<CpuSet> thread_siblings_of(int cpu) const = 0;
   // shared_cpu_list of the highest-level Unified or Data cache in
-  // /sys/devices/system/cpu/cpu<N>/cache/index*/ (empty: no such cache).
+  // /sys/devices/system/cpu/cpu<N>/cache/index*/, the first listed of equals
+  // (empty: no such cache).
   virtual Result<CpuSet> max_level_cache_of(int cpu) const = 0;
   // /sys/bus/pci/devices/<address>/numa_node, as written there (-1 possible).
   virtual Result<int> pci_numa_node(const std::string& pci_address) const = 0;

@@ -26,10 +26,13 @@ CpuSet to_cpus(hwloc_const_bitmap_t bitmap) {
   return cpus;
 }
 
-// Packages, physical cores and caches from hwloc: its objects are built from
-// the same sysfs files torch reads (physical_package_id, the thread siblings,
-// each cache's shared CPUs), so they answer as torch does. NUMA nodes, the
-// possible nodes and the GPUs' nodes come from sysfs (SysfsTopology).
+// Packages and physical cores from hwloc: its Package and Core objects are
+// the kernel's package and thread-sibling facts (hwloc reads their bitmap
+// files, torch the physical_package_id and list files), so they answer as
+// torch does. Caches, NUMA nodes, the possible nodes and the GPUs' nodes come
+// from sysfs (SysfsTopology): of two caches at the same highest level torch
+// takes the one its directory listing gives first, which hwloc's tree cannot
+// say.
 class HwlocTopology : public SysfsTopology {
  public:
   explicit HwlocTopology(hwloc_topology_t topo) : SysfsTopology(fsroot()), topo_(topo) {}
@@ -47,18 +50,6 @@ class HwlocTopology : public SysfsTopology {
     auto core = ancestor(cpu, HWLOC_OBJ_CORE);
     if (!core.ok()) return core.status();
     return to_cpus((*core)->cpuset);
-  }
-
-  Result<CpuSet> max_level_cache_of(int cpu) const override {
-    auto pu = pu_of(cpu);
-    if (!pu.ok()) return pu.status();
-    hwloc_obj_t best = nullptr;
-    for (hwloc_obj_t obj = (*pu)->parent; obj != nullptr; obj = obj->parent) {
-      // Data and unified caches (L1d..L5); instruction caches are other types.
-      if (!hwloc_obj_type_is_dcache(obj->type) || obj->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
-      if (best == nullptr || obj->attr->cache.depth > best->attr->cache.depth) best = obj;
-    }
-    return best == nullptr ? CpuSet{} : to_cpus(best->cpuset);
   }
 
  private:

@@ -33,15 +33,18 @@ for mode in binding.AffinityMode:
             expected.append(None)
             print(f"gpu-numa: {mode.value}: torch refuses cuda:{gpu}: {type(e).__name__}: {e}")
     with tempfile.TemporaryDirectory() as out:
-        r = subprocess.run([muster, f"--nproc-per-node={gpus}", f"--numa-binding={mode.value}", sys.executable,
-                            probe, out], capture_output=True, text=True, timeout=120)
+        # The probe runs as a training script, in this (CUDA torch) Python.
+        r = subprocess.run([muster, f"--nproc-per-node={gpus}", f"--numa-binding={mode.value}", probe, out],
+                           env=dict(os.environ, PYTHON_EXEC=sys.executable), capture_output=True, text=True,
+                           timeout=120)
         seen = {}
         for name in os.listdir(out):
             if name.endswith(".json"):
                 with open(os.path.join(out, name)) as f:
                     seen[int(name.split("_")[1])] = json.load(f)["own"]
     if None in expected:
-        ok = r.returncode == 1 and not seen
+        # Refused before any worker ran, with muster's own error line.
+        ok = r.returncode == 1 and not seen and "muster: error: " in r.stderr
         print(f"gpu-numa: {mode.value}: torch refuses; muster exit {r.returncode}: {'ok' if ok else 'MISMATCH'}")
         if not ok:
             print(r.stderr[-2000:])

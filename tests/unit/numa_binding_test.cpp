@@ -1,8 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <map>
 
 #include "numa_binding.hpp"
+#include "plan_process.hpp"
 
 using namespace muster::launcher::numa;
 using muster::Code;
@@ -110,7 +114,7 @@ TEST_CASE("exclusive mode splits a node's physical cores, the remainder to the l
   CHECK(cpus_for_gpu(Mode::exclusive, 2, t, m).value() == CpuSet{1, 5});
   CHECK(cpus_for_gpu(Mode::exclusive, 3, t, m).value() == CpuSet{2, 6});
   CHECK(cpus_for_gpu(Mode::exclusive, 1, t, m).value() == CpuSet{3, 7});
-  // Two cores for three GPUs: the first two get one each, the third none.
+  // Two cores for three GPUs: not every GPU can have one, so no GPU on that node is bound (torch refuses too).
   m.allowed = {0, 1, 3};
   CHECK(cpus_for_gpu(Mode::exclusive, 0, t, m).status().message().find("has 2 physical cores") !=
         std::string::npos);
@@ -155,4 +159,37 @@ TEST_CASE("a binding that cannot be made is an error that says what to do", "[nu
   REQUIRE(plan_one.ok());
   CHECK(describe(Mode::node, plan_one->at(0)) ==
         "NUMA binding (node): local_rank 0 -> GPU cuda:0 (0000:18:00.0, NUMA node 0), CPUs 0-1,4-5");
+}
+
+TEST_CASE("the plan is worked out in a child process and comes back whole", "[numa]") {
+  Binding b{1, 1, "0000:29:00.0", 1, {2, 3, 6, 7}};
+  auto back = plan_in_child([&]() -> Result<std::vector<Binding>> { return std::vector<Binding>{b, b}; });
+  REQUIRE(back.ok());
+  REQUIRE(back->size() == 2);
+  CHECK(back->at(1).gpu_pci == "0000:29:00.0");
+  CHECK(back->at(1).cpus == CpuSet{2, 3, 6, 7});
+  CHECK(back->at(1).numa_node == 1);
+  // An error keeps its code and message (one line).
+  auto refused = plan_in_child([]() -> Result<std::vector<Binding>> {
+    return Status(Code::invalid_argument, "no GPU\\nhere");
+  });
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::invalid_argument);
+  CHECK(refused.status().message() == "no GPU\\nhere");
+  // A child that dies without answering (a crashing driver) is named as such.
+  auto crashed = plan_in_child([]() -> Result<std::vector<Binding>> { std::abort(); });
+  REQUIRE_FALSE(crashed.ok());
+  CHECK(crashed.status().message().find("without an answer") != std::string::npos);
+  // One that hangs is killed after the limit.
+  auto hung = plan_in_child(
+      []() -> Result<std::vector<Binding>> {
+        for (;;) pause();
+      },
+      std::chrono::milliseconds(300));
+  REQUIRE_FALSE(hung.ok());
+  CHECK(hung.status().code() == Code::timeout);
+  // A garbled answer is refused, not half-read.
+  CHECK_FALSE(decode_plan("bind 0 0 x\n").ok());
+  CHECK_FALSE(decode_plan("bind 0 0 0000:18:00.0 0 0-1\n").ok());  // no end
+  CHECK(decode_plan(encode_plan(std::vector<Binding>{})).value().empty());
 }
