@@ -32,6 +32,7 @@ _muster() {
     --nproc-per-node | --nproc_per_node) COMPREPLY=($(compgen -W "auto cpu gpu" -- "$cur")); return ;;
     --rdzv-backend | --rdzv_backend) COMPREPLY=($(compgen -W "static c10d" -- "$cur")); return ;;
     --start-method | --start_method) COMPREPLY=($(compgen -W "spawn fork forkserver" -- "$cur")); return ;;
+    --numa-binding | --numa_binding) COMPREPLY=($(compgen -W "node socket exclusive core-complex" -- "$cur")); return ;;
     --log-dir | --log_dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --auth-key-file | --auth_key_file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
   esac

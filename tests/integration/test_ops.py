@@ -305,6 +305,8 @@ def test_bash_completion_offers_each_binary_s_own_options(tmp_path):
     assert "--auth-key-file" in complete(f"{muster} --a", "_muster")
     assert complete(f"{muster} --nproc-per-node ", "_muster") == ["auto", "cpu", "gpu"]
     assert complete(f"{muster} --rdzv-backend ", "_muster") == ["static", "c10d"]
+    assert complete(f"{muster} --numa-binding ", "_muster") == ["node", "socket", "exclusive", "core-complex"]
+    assert complete(f"{muster} --numa_binding c", "_muster") == ["core-complex"]
     # After the script, its own arguments: files, not muster's options.
     assert complete(f"{muster} --nnodes 2 train.py --n", "_muster") == []
     assert complete(f"{musterd} --metrics", "_musterd") == ["--metrics-listen"]
