@@ -1,6 +1,5 @@
 // muster: the per-node agent, a drop-in for torchrun.
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -9,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,7 +16,6 @@
 #include "agent.hpp"
 #include "agent_metrics.hpp"
 #include "cli.hpp"
-#include "cuda_devices.hpp"
 #include "numa_binding.hpp"
 #include "plan_process.hpp"
 #include "python_env.hpp"
@@ -35,45 +34,9 @@ using muster::launcher::Environment;
 // cpusets), as torch counts them for --nproc-per-node=cpu|auto; all online
 // CPUs when the mask cannot be read.
 int usable_cpus() {
-  constexpr int kMaxCpus = 1 << 16;  // a mask this large fits any machine
-  cpu_set_t* set = CPU_ALLOC(kMaxCpus);
-  if (set != nullptr) {
-    std::size_t size = CPU_ALLOC_SIZE(kMaxCpus);
-    CPU_ZERO_S(size, set);
-    int n = sched_getaffinity(0, size, set) == 0 ? CPU_COUNT_S(size, set) : 0;
-    CPU_FREE(set);
-    if (n > 0) return n;
-  }
+  auto mine = muster::launcher::numa::own_affinity();
+  if (mine.ok() && !mine->empty()) return static_cast<int>(mine->size());
   return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-}
-
-// --numa-binding: each local rank's CPUs on this machine, from the CUDA
-// driver's GPUs, the machine's topology (under HWLOC_FSROOT when set) and the
-// agent's own affinity.
-muster::Result<std::vector<muster::launcher::numa::Binding>> plan_numa_binding(
-    muster::launcher::numa::Mode mode, int nproc, const Environment& env) {
-  namespace numa = muster::launcher::numa;
-  numa::Machine machine;
-  auto gpus = muster::launcher::cuda_pci_addresses();
-  if (!gpus.ok()) return gpus.status();
-  if (gpus->empty()) {
-    auto cvd = env.find("CUDA_VISIBLE_DEVICES");
-    return muster::invalid_argument(
-        std::string("--numa-binding binds each worker to the CPUs near its GPU, and the CUDA driver shows no GPU") +
-        (cvd != env.end() ? " (CUDA_VISIBLE_DEVICES='" + cvd->second + "')" : std::string()) +
-        "; drop --numa-binding on a machine without GPUs");
-  }
-  machine.gpu_pci = std::move(gpus.value());
-  auto allowed = numa::own_affinity();
-  if (!allowed.ok()) return allowed.status();
-  machine.allowed = std::move(allowed.value());
-  auto topology = numa::open_topology();
-  if (!topology.ok()) {
-    // hwloc failed where sysfs may not: torch reads sysfs alone.
-    muster::log::warning("--numa-binding: " + topology.status().message() + "; reading sysfs instead");
-    topology = numa::open_topology(numa::Backend::sysfs);
-  }
-  return numa::plan(mode, nproc, *topology.value(), machine);
 }
 
 std::string environment_python() {
@@ -203,7 +166,11 @@ int main(int argc, char** argv) {
     // In a child: the CUDA driver and hwloc's plugins stay out of the agent.
     const auto mode = *cfg->numa_binding;
     const int nproc = cfg->nproc_per_node;
-    auto bindings = muster::launcher::numa::plan_in_child([&] { return plan_numa_binding(mode, nproc, env); });
+    auto cvd = env.find("CUDA_VISIBLE_DEVICES");
+    std::optional<std::string> visible;
+    if (cvd != env.end()) visible = cvd->second;
+    auto bindings = muster::launcher::numa::plan_in_child(
+        [&] { return muster::launcher::numa::plan_on_this_machine(mode, nproc, visible); });
     if (!bindings.ok()) {
       std::fprintf(stderr, "muster: error: %s\n", bindings.status().message().c_str());
       return 1;

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <sstream>
 
+#include "cuda_devices.hpp"
 #include "muster/common/fd_io.hpp"
+#include "muster/common/log.hpp"
 
 namespace muster::launcher::numa {
 
@@ -151,6 +153,30 @@ Result<std::vector<Binding>> plan_in_child(const Planner& planner, std::chrono::
                                       "nvidia-smi, or drop --numa-binding");
   }
   return plan;
+}
+
+Result<std::vector<Binding>> plan_on_this_machine(Mode mode, int nproc,
+                                                  const std::optional<std::string>& cuda_visible_devices) {
+  Machine machine;
+  auto gpus = cuda_pci_addresses();
+  if (!gpus.ok()) return gpus.status();
+  if (gpus->empty()) {
+    return invalid_argument(
+        std::string("--numa-binding binds each worker to the CPUs near its GPU, and the CUDA driver shows no GPU") +
+        (cuda_visible_devices ? " (CUDA_VISIBLE_DEVICES='" + *cuda_visible_devices + "')" : std::string()) +
+        "; drop --numa-binding on a machine without GPUs");
+  }
+  machine.gpu_pci = std::move(gpus.value());
+  auto allowed = own_affinity();
+  if (!allowed.ok()) return allowed.status();
+  machine.allowed = std::move(allowed.value());
+  auto topology = open_topology();
+  if (!topology.ok()) {
+    // hwloc failed where sysfs may not: torch reads sysfs alone.
+    log::warning("--numa-binding: " + topology.status().message() + "; reading sysfs instead");
+    topology = open_topology(Backend::sysfs);
+  }
+  return plan(mode, nproc, *topology.value(), machine);
 }
 
 }  // namespace muster::launcher::numa

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,13 @@ using Planner = std::function<Result<std::vector<Binding>>()>;
 constexpr std::chrono::seconds kPlanLimit{120};
 
 Result<std::vector<Binding>> plan_in_child(const Planner& planner, std::chrono::milliseconds limit = kPlanLimit);
+
+// The plan for this machine: the CUDA driver's GPUs (cuda_devices.hpp), its
+// topology (open_topology, sysfs alone should hwloc fail) and this process's
+// affinity. cuda_visible_devices: the agent's CUDA_VISIBLE_DEVICES, for the
+// message when no GPU shows. Meant for plan_in_child: it loads the driver.
+Result<std::vector<Binding>> plan_on_this_machine(Mode mode, int nproc,
+                                                  const std::optional<std::string>& cuda_visible_devices);
 
 // The child's answer on the pipe, one line a binding or one error line
 // (exposed for the unit tests).
