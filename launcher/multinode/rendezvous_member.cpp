@@ -1,16 +1,15 @@
 #include "rendezvous_member.hpp"
 
-#include <cstdio>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 
+#include "muster/common/duration.hpp"
 #include "muster/common/log.hpp"
 #include "muster/common/random.hpp"
-#include "muster/rendezvous/protocol.hpp"
-#include "rdzv_conf.hpp"
-#include "muster/common/duration.hpp"
 #include "muster/common/text.hpp"
+#include "muster/rendezvous/protocol.hpp"
 
 namespace muster::launcher {
 namespace {
