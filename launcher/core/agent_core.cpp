@@ -14,6 +14,7 @@ std::vector<Action> AgentCore::begin_attempt() {
   live_ = nproc_;
   failures_.clear();
   kill_sent_ = false;
+  ++groups_started_;  // taken back by on_start_failed
   return {action::StartWorkers{restart_count_}};
 }
 
@@ -36,7 +37,8 @@ std::vector<Action> AgentCore::on_restart_order(bool counts_as_failure) {
   return out;
 }
 
-std::vector<Action> AgentCore::on_finish_order(int exit_code) {
+std::vector<Action> AgentCore::on_finish_order(int exit_code, bool with_root_cause) {
+  if (with_root_cause && coordinated_ && phase_ != Phase::finished) job_root_cause_ = true;
   return order(Then::finish, exit_code, StopReason::ordered);
 }
 
@@ -84,8 +86,7 @@ std::vector<Action> AgentCore::follow_order() {
       phase_ = Phase::waiting;
       return {action::Rejoin{then == Then::rejoin_fenced}};
     case Then::finish:
-      phase_ = Phase::finished;
-      return {action::Finish{then_exit_code_}};
+      return {finish(then_exit_code_)};
   }
   return {};
 }
@@ -154,8 +155,7 @@ std::vector<Action> AgentCore::after_exit() {
       phase_ = Phase::waiting;
       return {action::ReportSuccess{}};
     }
-    phase_ = Phase::finished;
-    return {action::Finish{0}};
+    return {finish(0)};
   }
   std::vector<Action> out{action::CancelShutdownTimer{}};
   if (coordinated_ && reason_ != StopReason::signal) {
@@ -169,8 +169,7 @@ std::vector<Action> AgentCore::after_exit() {
     out.insert(out.end(), start.begin(), start.end());
     return out;
   }
-  phase_ = Phase::finished;
-  out.push_back(action::Finish{1});
+  out.push_back(finish(1));
   return out;
 }
 
@@ -180,8 +179,7 @@ std::vector<Action> AgentCore::on_signal(int signo) {
     case Phase::waiting:
       signal_ = signo;
       reason_ = StopReason::signal;
-      phase_ = Phase::finished;
-      return {action::Finish{1}};
+      return {finish(1)};
     case Phase::running:
       signal_ = signo;
       reason_ = StopReason::signal;
@@ -205,8 +203,31 @@ std::vector<Action> AgentCore::on_shutdown_timer() {
     return {action::KillWorkers{}, action::ArmShutdownTimer{true}};
   }
   // Still not gone after SIGKILL: waiting longer could be forever.
+  return {action::AbandonWorkers{}, finish(1)};
+}
+
+std::vector<Action> AgentCore::on_start_failed() {
+  // Only the attempt just begun, before any of its workers was seen to exit.
+  if (phase_ != Phase::running || live_ != nproc_) return {};
+  --groups_started_;
+  reason_ = StopReason::start_failed;
+  return {finish(1)};
+}
+
+action::Finish AgentCore::finish(int exit_code) {
   phase_ = Phase::finished;
-  return {action::AbandonWorkers{}, action::Finish{1}};
+  exit_code_ = exit_code;
+  return action::Finish{exit_code};
+}
+
+FinalReport AgentCore::final_report() const {
+  if (phase_ != Phase::finished || exit_code_.value_or(1) == 0) return FinalReport::none;
+  if (reason_ == StopReason::signal && signal_) return FinalReport::signal;
+  if (coordinated_ && job_root_cause_) return FinalReport::job;
+  for (const auto& f : failures_) {
+    if (!f.stopped_by_agent) return FinalReport::local;
+  }
+  return FinalReport::none;
 }
 
 void Lease::renew(Clock::time_point at) {

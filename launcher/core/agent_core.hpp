@@ -76,8 +76,15 @@ using Action = std::variant<action::StartWorkers, action::AnnounceRestart, actio
 // waiting: coordinated mode, workers down, the rendezvous decides what is next.
 enum class Phase { idle, running, stopping, waiting, finished };
 // ordered: the rendezvous's restart or finish order; fenced: this node was
-// dropped (or fenced itself); lost: the rendezvous is gone for good.
-enum class StopReason { none, failure, signal, ordered, fenced, lost };
+// dropped (or fenced itself); lost: the rendezvous is gone for good;
+// start_failed: the workers of an attempt could not be started.
+enum class StopReason { none, failure, signal, ordered, fenced, lost, start_failed };
+
+// The one report that ends a failed run (finish_report()): none for a run
+// that succeeded, or whose workers were only stopped by the agent (the error
+// that stopped them was said when it happened); the agent's signal; the
+// job's root cause as the rendezvous named it; or this node's failures.
+enum class FinalReport { none, signal, job, local };
 
 // A worker that ended badly in the current attempt, in the order seen.
 struct ObservedFailure {
@@ -98,8 +105,10 @@ class AgentCore {
   // Coordinated mode: the job re-forms; Rejoin once the workers are down.
   // counts_as_failure: the rendezvous counted this restart against --max-restarts.
   std::vector<Action> on_restart_order(bool counts_as_failure);
-  // Coordinated mode: the job is over; Finish(exit_code) once the workers are down.
-  std::vector<Action> on_finish_order(int exit_code);
+  // Coordinated mode: the job is over; Finish(exit_code) once the workers are
+  // down. with_root_cause: the order names the job's root cause (a failure
+  // on some node), which is then the report this node prints.
+  std::vector<Action> on_finish_order(int exit_code, bool with_root_cause = false);
   // Coordinated mode: the rendezvous dropped this node, or the node could not
   // heartbeat for the dead-after window: its workers belong to a world that
   // goes on without them. Rejoin{fenced} once they are down.
@@ -114,6 +123,11 @@ class AgentCore {
   std::vector<Action> on_worker_hung(int local_rank);
   std::vector<Action> on_signal(int signo);
   std::vector<Action> on_shutdown_timer();
+  // The attempt that StartWorkers began could not start its workers (no
+  // fork, a log file that cannot be opened, a port gone): the run ends with 1
+  // and nothing restarts, as a start that fails would fail again. The reason
+  // was said by whoever found it.
+  std::vector<Action> on_start_failed();
 
   Phase phase() const { return phase_; }
   StopReason stop_reason() const { return reason_; }
@@ -121,6 +135,13 @@ class AgentCore {
   // on its way out, and nothing else is started or reported.
   bool stopped_by_signal() const { return reason_ == StopReason::signal; }
   int restart_count() const { return restart_count_; }
+  bool coordinated() const { return coordinated_; }
+  // The code the run ends with, once Finish was asked for.
+  std::optional<int> exit_code() const { return exit_code_; }
+  // Worker groups whose start succeeded, over the whole run.
+  int groups_started() const { return groups_started_; }
+  // Which report ends the run; meaningful once finished.
+  FinalReport final_report() const;
   int remaining_restarts() const { return max_restarts_ - restart_count_; }
   std::optional<int> received_signal() const { return signal_; }
   // Failures of the attempt that ended the run (or of the current attempt).
@@ -140,6 +161,9 @@ class AgentCore {
   std::vector<Action> begin_attempt();
   std::vector<Action> order(Then then, int exit_code, StopReason reason);
   std::vector<Action> follow_order();
+  // Every Finish goes out through here, and always last in its list: the
+  // driver performs nothing after it.
+  action::Finish finish(int exit_code);
 
   int nproc_;
   int max_restarts_;
@@ -154,6 +178,9 @@ class AgentCore {
   bool kill_sent_ = false;
   Then then_ = Then::wait;  // coordinated: what the last order asks for once the workers are down
   int then_exit_code_ = 1;
+  bool job_root_cause_ = false;  // the finish order named the job's root cause
+  int groups_started_ = 0;
+  std::optional<int> exit_code_;
 };
 
 // The agent's view of its membership. The rendezvous counts a member gone

@@ -1,33 +1,42 @@
-// The agent's driver: one event loop around AgentCore. It forms this node's
-// group (alone, or through the rendezvous: agent_rendezvous.cpp and its
-// RendezvousMember), turns the events of its parts (supervisor, signals,
-// rendezvous member, store host, worker timeout, file timer) into core events and the core's actions into calls: the launch
-// planner's launches to the Supervisor, signals to the workers, the shutdown
-// grace timer, the failure reporter's report when the run fails.
+// The agent's driver: one event loop around AgentCore. It turns the events
+// of its parts into core events and performs the core's actions; it decides
+// nothing itself. The parts:
+//   supervisor_      starts, signals and reaps the workers (workers/)
+//   planner_         each attempt's launches: argv, environment, streams
+//   reporter_        each worker's record and the failure report
+//   events_          torch's event records (--event-log-handler)
+//   console_         the agent's stderr: its log lines and messages
+//   worker_timeout_  --worker-timeout; file_timer_: the file-based watchdog
+//   store_host_      the workers' store
+//   rdzv_host_, member_  a multi-node job's rendezvous (agent_rendezvous.cpp)
+// The actions map to calls: StartWorkers to the planner and the supervisor,
+// signals to the workers, the shutdown grace timer, reports to the
+// rendezvous, and Finish to the report the core chose and the loop's end.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agent_core.hpp"
+#include "agent_events.hpp"
 #include "agent_metrics.hpp"
-#include "event_log.hpp"
 #include "async_writer.hpp"
+#include "console_log.hpp"
 #include "failure_reporter.hpp"
 #include "file_timer.hpp"
-#include "worker_timeout.hpp"
 #include "launch_config.hpp"
 #include "launch_planner.hpp"
 #include "rendezvous_host.hpp"
 #include "rendezvous_member.hpp"
-#include "store_host.hpp"
 #include "signal_source.hpp"
+#include "store_host.hpp"
 #include "supervisor.hpp"
 #include "worker_env.hpp"
+#include "worker_timeout.hpp"
 
 namespace muster::launcher {
 
@@ -39,74 +48,59 @@ class Agent {
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
-  // Runs the job to its end; returns the agent's exit code.
+  // Runs the job to its end; returns the agent's exit code. The output still
+  // queued is written within --shutdown-timeout; what is not is dropped, and
+  // said.
   int run();
   // The agent's state for --metrics-listen, as of now.
   AgentMetrics metrics() const;
 
  private:
+  // The run, up to the core's Finish; its exit code.
+  int run_job();
+  bool finished() const { return core_.phase() == Phase::finished; }
+  // A start-up step failed: nothing ran, the run ends with 1.
+  int fail_start_up(const Status& st);
   Status form_group();
+  Status open_file_timer();
   void wait_for_signal();
   void on_signal(int signo);
   void apply(const std::vector<Action>& actions);
   void start_workers(int restart_count);
   void on_worker_exit(const WorkerExit& e);
-  void finish(int exit_code);
-  Status open_file_timer();
-  // --event-log-handler=console (event_log.hpp).
-  void emit_event(const std::string& state, const std::string& source, const EventWorker* worker,
-                  const std::optional<std::string>& raw_error, const std::optional<double>& duration_ms);
-  EventWorker event_worker(int local_rank) const;
-  void emit_start_events_when_known();
-  void emit_final_events(int exit_code);
-  void on_timer_expired(const ExpiredWorker& w);
-  // --worker-timeout (worker_timeout.hpp).
   void on_workers_silent(const std::vector<ProgressWatch::Silent>& silent);
+  void finish();
   // Multi-node jobs (agent_rendezvous.cpp): the rendezvous's events.
   int run_coordinated();
   Status setup_rendezvous();
   void on_assigned(const rendezvous::out::Assign& a);
   void on_rendezvous_failed(const Status& st);
-  bool shutting_down() const;
   void report_to_rendezvous_failure(int local_rank);
-  // Text for the agent's stderr (errors, reports), through the writer.
-  void say(const std::string& text);
+  void say(const std::string& text) { console_.say(text); }
 
   boost::asio::io_context& io_;
   SignalSource& signals_;
   LaunchConfig cfg_;
   Environment env_;
   AgentCore core_;
-  // Before supervisor_: the workers' output pumps write through it.
+  // Before everything that writes through it (the console, the pumps).
   AsyncWriter writer_;
-  LaunchPlanner planner_;  // the log layout, the run-path folder and each attempt's launches
+  ConsoleSinks console_sinks_;
+  ConsoleLog console_;
+  LaunchPlanner planner_;
   Supervisor supervisor_;
   boost::asio::steady_timer shutdown_timer_;
   GroupAssignment group_;
   std::string host_;
-  FailureReporter reporter_;  // the attempt's record of each worker, and the failure report
+  FailureReporter reporter_;
+  AgentEvents events_;
+  AgentCounters counters_;
   int last_stop_signal_ = 0;
-  std::size_t dropped_log_lines_ = 0;
-  // For metrics().
-  uint64_t dropped_log_lines_total_ = 0;
-  uint64_t worker_group_starts_ = 0;
-  uint64_t worker_failures_ = 0;
-  std::map<int, AgentMetrics::Exit> last_exits_;
+  std::chrono::steady_clock::time_point rendezvous_began_{};  // one node: when the attempt's "rendezvous" began
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;
-  // Events (--event-log-handler=console, shown at LOGLEVEL INFO or DEBUG, the default).
-  bool events_ = false;
-  EventGroup event_group_;
-  bool start_events_pending_ = false;
-  bool collecting_start_pids_ = false;  // reading a pid can report another: no nesting
-  bool error_traits_added_ = false;
-  std::chrono::steady_clock::time_point run_started_{};
-  std::chrono::steady_clock::time_point rendezvous_started_{};
-  int exit_code_ = 1;
-  bool finished_ = false;
 
   // Multi-node state.
-  bool coordinated_ = false;
   std::unique_ptr<RendezvousHost> rdzv_host_;
   // After worker_timeout_, which it tells of the workers' requests, and
   // rdzv_host_, to whose server its shared port hands connections: it goes first.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,17 @@ struct AgentMetrics {
   int group_rank = 0;
   int group_world_size = 0;
   int world_size = 0;
+};
+
+// What the driver counts over the agent's life for the metrics, beside what
+// its parts know (the core's phase and starts, the supervisor's workers, the
+// console's dropped lines, the member's round).
+struct AgentCounters {
+  uint64_t worker_failures = 0;
+  std::map<int, int> last_exitcodes;  // by local rank: torch's exitcode of its latest worker
+
+  void failed() { ++worker_failures; }
+  void exited(int local_rank, int exitcode) { last_exitcodes[local_rank] = exitcode; }
 };
 
 std::string render_agent_metrics(const AgentMetrics& m, const std::string& version, const std::string& revision);

@@ -6,6 +6,7 @@
 
 #include "agent.hpp"
 #include "exposure.hpp"
+#include "group_assignment.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
 #include "rdzv_conf.hpp"
@@ -56,8 +57,8 @@ Status Agent::setup_rendezvous() {
   events.assigned = [this](const rendezvous::out::Assign& a) { on_assigned(a); };
   events.restart = [this](bool counts_as_failure) { apply(core_.on_restart_order(counts_as_failure)); };
   events.finish = [this](int code, const std::optional<rendezvous::FailureInfo>& root_cause) {
-    if (root_cause) job_root_cause_ = root_cause;
-    apply(core_.on_finish_order(code));
+    if (root_cause && !finished()) job_root_cause_ = root_cause;
+    apply(core_.on_finish_order(code, root_cause.has_value()));
   };
   events.fenced = [this] { apply(core_.on_fenced()); };
   events.failed = [this](const Status& st) { on_rendezvous_failed(st); };
@@ -79,36 +80,18 @@ Status Agent::setup_rendezvous() {
 }
 
 int Agent::run_coordinated() {
-  coordinated_ = true;
-  if (auto st = setup_rendezvous(); !st.ok()) {
-    std::string msg = "muster: error: " + st.message() + "\n";
-    say(msg);
-    if (events_) emit_event("FAILED", "AGENT", nullptr, st.message(), std::nullopt);
-    return 1;
-  }
+  if (auto st = setup_rendezvous(); !st.ok()) return fail_start_up(st);
+  events_.set_executable(planner_.executable_path());
   io_.poll();  // a signal during start-up ends the run before anything starts
-  if (finished_) return exit_code_;
-  member_->start();
-  io_.run();
-  return exit_code_;
+  if (!finished()) {
+    member_->start();
+    io_.run();
+  }
+  return core_.exit_code().value_or(1);
 }
 
-bool Agent::shutting_down() const { return finished_ || core_.stopped_by_signal(); }
-
 void Agent::on_assigned(const rendezvous::out::Assign& a) {
-  group_.role = cfg_.role;
-  group_.group_rank = a.group_rank;
-  group_.group_world_size = a.group_world_size;
-  group_.local_world_size = cfg_.nproc_per_node;
-  group_.base_global_rank = a.ranks.base_global_rank;
-  group_.global_world_size = a.ranks.global_world_size;
-  group_.base_role_rank = a.ranks.base_role_rank;
-  group_.role_world_size = a.ranks.role_world_size;
-  group_.master_addr = a.master_addr;
-  group_.master_port = a.master_port;
-  group_.use_agent_store = true;
-  group_.run_id = cfg_.rdzv_id;
-  group_.max_restarts = cfg_.max_restarts;
+  group_ = placed_group(cfg_, a);
   log::info("[" + cfg_.role + "] Rendezvous complete for workers. Result:\n  restart_count=" +
             std::to_string(a.restart_count) + "\n  master_addr=" + group_.master_addr +
             "\n  master_port=" + std::to_string(group_.master_port) + "\n  group_rank=" +
@@ -117,11 +100,11 @@ void Agent::on_assigned(const rendezvous::out::Assign& a) {
 }
 
 void Agent::on_rendezvous_failed(const Status& st) {
-  if (finished_) return;
-  if (!shutting_down()) say("muster: error: " + st.message() + "\n");
+  if (finished()) return;
+  if (!core_.stopped_by_signal()) say("muster: error: " + st.message() + "\n");
   apply(core_.on_rendezvous_lost());
   // Not coordinated yet or nothing running: the order has nothing to stop.
-  if (!finished_ && !core_.holds_workers()) apply(core_.on_finish_order(1));
+  if (!finished() && !core_.holds_workers()) apply(core_.on_finish_order(1));
 }
 
 void Agent::report_to_rendezvous_failure(int local_rank) {

@@ -44,8 +44,9 @@ Status StoreHost::new_round(const std::string& bind) {
   return {};
 }
 
-void StoreHost::reset() {
-  if (store_) store_->reset();
+void StoreHost::attempt_starting() {
+  if (reservation_) reservation_->release();
+  if (emptying_ == Emptying::each_attempt && store_) store_->reset();
 }
 
 Status StoreHost::reserve(int port) {
@@ -55,9 +56,6 @@ Status StoreHost::reserve(int port) {
   return {};
 }
 
-void StoreHost::release_reservation() {
-  if (reservation_) reservation_->release();
-}
 
 int StoreHost::port() const {
   if (shared_) return shared_->port();

@@ -7,11 +7,17 @@
 // SharedPort that hands rendezvous connections to a RendezvousServer (the
 // static backend's node rank 0, whose --master-port carries both);
 // new_round() gives a round of a c10d job a fresh store on a free port or,
-// failing that, empties the old one; reset() empties it for a new attempt of
-// a one-node job. serve() and new_round() close a shared port opened before
-// (and with it the rendezvous's way in): the static backend, which shares its
-// port, calls neither after serve_shared(). reserve() holds a port for worker 0's store and
-// release_reservation() lets it go just before the workers start. With an
+// failing that, empties the old one. serve() and new_round() close a shared
+// port opened before (and with it the rendezvous's way in): the static
+// backend, which shares its port, calls neither after serve_shared().
+// reserve() holds a port for worker 0's store. attempt_starting(), just
+// before each attempt's workers start, lets a reservation go and, in a
+// one-node job (Emptying::each_attempt), empties the store: nothing of the
+// workers that just died (their addresses, their barrier counts) can mislead
+// the new ones. A multi-node job's store is emptied by rounds instead
+// (Emptying::by_rounds): node rank 0 starting its workers must not wipe what
+// other nodes' workers wrote, and the static backend's store keeps its keys
+// across rounds, as torchrun's does. With an
 // observer (watch: the worker timeout's), every request and every closed
 // connection of the store is told to it, with the store's port.
 #pragma once
@@ -39,17 +45,17 @@ struct StoreObserver {
 
 class StoreHost {
  public:
-  explicit StoreHost(boost::asio::io_context& io) : io_(io) {}
+  enum class Emptying { each_attempt, by_rounds };
+  StoreHost(boost::asio::io_context& io, Emptying emptying) : io_(io), emptying_(emptying) {}
 
   void watch(StoreObserver observer) { observer_ = std::move(observer); }
 
   Status serve(const std::string& bind, int port);
   Status serve_shared(const std::string& bind, int port, rendezvous::RendezvousServer& rendezvous);
   Status new_round(const std::string& bind);
-  void reset();
 
   Status reserve(int port);
-  void release_reservation();
+  void attempt_starting();
 
   bool serving() const { return store_ != nullptr; }
   // The port the workers reach the store on (the shared one, the reserved
@@ -60,6 +66,7 @@ class StoreHost {
   void observe();
 
   boost::asio::io_context& io_;
+  Emptying emptying_;
   StoreObserver observer_;
   std::unique_ptr<store::StoreServer> store_;
   std::unique_ptr<SharedPort> shared_;

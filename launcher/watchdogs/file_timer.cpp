@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "muster/common/log.hpp"
+#include "muster/common/text.hpp"
+#include "signals.hpp"
 
 namespace muster::launcher {
 
@@ -273,6 +276,40 @@ void FileTimerServer::arm() {
 void FileTimerServer::check() {
   for (const auto& w : table_.take_expired(wall_now())) on_expired_(w);
   arm();
+}
+
+int expired_timer_owner(pid_t pid, pid_t sid, const std::vector<std::pair<int, pid_t>>& running) {
+  for (const auto& [local_rank, worker] : running) {
+    if (worker > 0 && (pid == worker || sid == worker)) return local_rank;
+  }
+  return -1;
+}
+
+void enforce_expired_timer(const ExpiredWorker& w, const std::vector<std::pair<int, pid_t>>& running) {
+  // The first scopes, printable: a scope is whatever a worker wrote.
+  std::string scopes;
+  constexpr std::size_t kScopesShown = 8;
+  for (std::size_t i = 0; i < w.scopes.size() && i < kScopesShown; ++i) {
+    scopes += (i ? ", " : "") + log_excerpt(w.scopes[i], 200);
+  }
+  if (w.scopes.size() > kScopesShown) scopes += " and " + std::to_string(w.scopes.size() - kScopesShown) + " more";
+  net::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0)));
+  const int local_rank = expired_timer_owner(w.pid, pidfd ? getsid(w.pid) : -1, running);
+  const std::string timer = "worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid);
+  if (local_rank < 0) {
+    if (w.signal > 0) log::warning(timer + " expired, but that process is none of this agent's workers; not signalled");
+    return;
+  }
+  const std::string who = timer + " (local_rank " + std::to_string(local_rank) + ") expired";
+  if (w.signal <= 0) {
+    log::warning(who + "; it asked not to be killed");
+    return;
+  }
+  std::string name = signal_name(w.signal);
+  log::warning(who + "; sending " + (name.empty() ? std::to_string(w.signal) : name));
+  if (syscall(SYS_pidfd_send_signal, pidfd.get(), w.signal, nullptr, 0) != 0 && errno != ESRCH) {
+    log::error("worker watchdog: cannot signal pid " + std::to_string(w.pid) + ": " + std::strerror(errno));
+  }
 }
 
 }  // namespace muster::launcher

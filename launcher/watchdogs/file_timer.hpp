@@ -90,6 +90,19 @@ class FileTimerTable {
   std::size_t scope_bytes_ = 0;
 };
 
+// Whose timer expired: the local rank of the running worker that is pid, or
+// whose session pid belongs to (sid: pid's session, -1 if unknown; a worker
+// leads its session, so what it started without leaving it is its own);
+// -1 when pid is none of running's (local rank, pid), which is then ignored.
+int expired_timer_owner(pid_t pid, pid_t sid, const std::vector<std::pair<int, pid_t>>& running);
+
+// The file timer's rule, carried out: a worker's expired timer sends it the
+// signal it asked for, logged; a pid that is none of `running`'s workers is
+// left alone (and said so when it asked for a signal). The process is held by
+// a pidfd from the check to the signal, so a pid reused in between is never
+// signalled.
+void enforce_expired_timer(const ExpiredWorker& w, const std::vector<std::pair<int, pid_t>>& running);
+
 class FileTimerServer {
  public:
   // Called for each worker whose timer expired; the owner decides whether the

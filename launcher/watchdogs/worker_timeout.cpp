@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "muster/common/duration.hpp"
 #include "muster/net/interfaces.hpp"
 
 namespace muster::launcher {
@@ -140,6 +141,18 @@ void WorkerTimeout::arm() {
     check();
     if (!alive.expired() && running_ && generation == generation_) arm();
   });
+}
+
+std::string hang_text(const std::vector<ProgressWatch::Silent>& silent, int base_global_rank,
+                      const std::function<pid_t(int)>& pid_of, std::chrono::milliseconds timeout) {
+  std::string list;
+  for (const auto& s : silent) {
+    list += (list.empty() ? "" : "; ") + std::string("rank ") + std::to_string(base_global_rank + s.local_rank) +
+            " (local_rank " + std::to_string(s.local_rank) + ", pid " + std::to_string(pid_of(s.local_rank)) +
+            ") silent for " + seconds_text(s.silent_for);
+  }
+  return "worker watchdog: " + list + ": no output on stdout or stderr, no store request and no file-timer " +
+         "request within --worker-timeout " + seconds_text(timeout) + "; taking it for hung: sending SIGKILL";
 }
 
 }  // namespace muster::launcher

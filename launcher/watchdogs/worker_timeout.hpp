@@ -32,6 +32,12 @@ namespace muster::launcher {
 // through its output). A closed connection is forgotten.
 constexpr std::size_t kMaxWatchedStoreConnections = 4096;
 
+// The log line for workers taken for hung: each one's rank, local rank, pid
+// and silence, and what was not heard from them within the timeout.
+// pid_of: a running worker's pid.
+std::string hang_text(const std::vector<ProgressWatch::Silent>& silent, int base_global_rank,
+                      const std::function<pid_t(int)>& pid_of, std::chrono::milliseconds timeout);
+
 class WorkerTimeout {
  public:
   using Workers = std::function<std::vector<std::pair<int, pid_t>>()>;  // running: (local rank, pid)

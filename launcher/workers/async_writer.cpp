@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -11,12 +12,35 @@
 #include <map>
 #include <mutex>
 #include <thread>
-#include <vector>
+#include <utility>
 
 namespace muster::launcher {
 namespace {
+
 // One write() takes at most this much of a queue (whole pushes only).
 constexpr std::size_t kBatch = 64 * 1024;
+
+using Clock = std::chrono::steady_clock;
+
+// Writes all of text to fd by `deadline`, waiting (poll) on a descriptor that
+// is full or non-blocking; false if it did not all go.
+bool write_by(int fd, std::string_view text, Clock::time_point deadline) {
+  while (!text.empty()) {
+    ssize_t w = ::write(fd, text.data(), text.size());
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd pfd{fd, POLLOUT, 0};
+      ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 100)));
+      continue;
+    }
+    if (w <= 0) return false;
+    text.remove_prefix(static_cast<std::size_t>(w));
+  }
+  return true;
+}
+
 }  // namespace
 
 struct AsyncWriter::State {
@@ -24,12 +48,16 @@ struct AsyncWriter::State {
       : io(io), on_error(std::move(on_error)), capacity(capacity) {}
 
   struct Sink {
+    int fd = -1;
     std::string name;
     bool owned = false;
     bool released = false;
     bool failed = false;
-    std::deque<std::string> queue;
+    std::deque<std::pair<uint64_t, std::string>> queue;  // (sequence number, bytes)
     std::size_t bytes = 0;
+    uint64_t pushed = 0;   // sequence number of the last push
+    uint64_t written = 0;  // every push up to this one is written
+    std::deque<std::pair<uint64_t, std::string>> finals;  // push_final's, until written
     std::vector<std::function<void()>> waiters;
   };
 
@@ -39,18 +67,26 @@ struct AsyncWriter::State {
   std::mutex mutex;
   std::condition_variable work;
   std::condition_variable idle;
-  std::map<int, Sink> sinks;
-  bool busy = false;
+  std::map<int, Sink> sinks;  // by Sink id, in the order added
+  int next_id = 0;
+  int busy = -1;  // the sink being written outside the lock
   bool stop = false;
   bool abandoned = false;  // the owner is gone: post nothing more to io
+  bool finished = false;
+  int stuck = -1;  // the sink the abandoned thread was blocked on
   std::atomic<uint64_t> progress{0};  // writes that took bytes, for drain()
   std::thread thread;
 
   bool all_empty() const {
-    for (const auto& [fd, s] : sinks) {
+    for (const auto& [id, s] : sinks) {
       if (!s.queue.empty()) return false;
     }
-    return !busy;
+    return busy < 0;
+  }
+
+  Sink* find(int id) {
+    auto it = sinks.find(id);
+    return it == sinks.end() ? nullptr : &it->second;
   }
 
   void post(std::function<void()> f) {
@@ -67,7 +103,7 @@ struct AsyncWriter::State {
   void retire_released() {
     for (auto it = sinks.begin(); it != sinks.end();) {
       if (it->second.released && it->second.queue.empty()) {
-        if (it->second.owned) ::close(it->first);
+        if (it->second.owned) ::close(it->second.fd);
         it = sinks.erase(it);
       } else {
         ++it;
@@ -77,11 +113,11 @@ struct AsyncWriter::State {
 
   void run() {
     std::unique_lock lock(mutex);
-    int last_fd = -1;
+    int last = -1;
     while (true) {
       retire_released();
-      // Round robin over the fds with something queued.
-      auto next = sinks.upper_bound(last_fd);
+      // Round robin over the sinks with something queued.
+      auto next = sinks.upper_bound(last);
       auto pick = sinks.end();
       for (int pass = 0; pass < 2 && pick == sinks.end(); ++pass) {
         for (auto it = pass == 0 ? next : sinks.begin(); it != sinks.end(); ++it) {
@@ -97,16 +133,19 @@ struct AsyncWriter::State {
         work.wait(lock);
         continue;
       }
-      int fd = pick->first;
-      last_fd = fd;
+      const int id = pick->first;
+      last = id;
       Sink& sink = pick->second;
-      std::string batch = std::move(sink.queue.front());
+      const int fd = sink.fd;
+      std::string batch = std::move(sink.queue.front().second);
+      uint64_t batch_last = sink.queue.front().first;
       sink.queue.pop_front();
-      while (!sink.queue.empty() && batch.size() + sink.queue.front().size() <= kBatch) {
-        batch += sink.queue.front();
+      while (!sink.queue.empty() && batch.size() + sink.queue.front().second.size() <= kBatch) {
+        batch += sink.queue.front().second;
+        batch_last = sink.queue.front().first;
         sink.queue.pop_front();
       }
-      busy = true;
+      busy = id;
       lock.unlock();
       int error = 0;
       const char* p = batch.data();
@@ -130,14 +169,18 @@ struct AsyncWriter::State {
         progress.store(progress.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       }
       lock.lock();
-      busy = false;
-      auto it = sinks.find(fd);
+      busy = -1;
+      auto it = sinks.find(id);
       if (it == sinks.end()) continue;
       Sink& s = it->second;
       s.bytes -= std::min(s.bytes, batch.size());
-      if (error != 0 && !s.failed) {
+      if (error == 0) {
+        s.written = batch_last;
+        while (!s.finals.empty() && s.finals.front().first <= s.written) s.finals.pop_front();
+      } else if (!s.failed) {
         s.failed = true;
         s.queue.clear();
+        s.finals.clear();
         s.bytes = 0;
         if (on_error) {
           std::string name = s.name;
@@ -158,81 +201,138 @@ AsyncWriter::AsyncWriter(boost::asio::io_context& io, ErrorHandler on_error, std
   state_->thread = std::thread([state] { state->run(); });
 }
 
-AsyncWriter::~AsyncWriter() {
-  bool drained = drain(kExitStall, kExitDrain);
+AsyncWriter::~AsyncWriter() { finish(kExitDrain); }
+
+AsyncWriter::Leftover AsyncWriter::finish(std::chrono::milliseconds limit) {
+  Leftover left;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->finished) return left;
+    state_->finished = true;
+  }
+  const bool drained = drain(std::min(limit, kExitStall), limit);
   std::unique_lock lock(state_->mutex);
   state_->stop = true;
-  if (!drained) {
-    // A sink that takes nothing (a console nobody reads): leave the thread
-    // blocked in its write; the process exits around it.
-    state_->abandoned = true;
-    for (auto& [fd, s] : state_->sinks) s.queue.clear();
+  if (drained) {
+    for (auto& [id, s] : state_->sinks) s.released = true;
     state_->work.notify_all();
     lock.unlock();
-    state_->thread.detach();
-    return;
+    state_->thread.join();
+    return left;
   }
-  for (auto& [fd, s] : state_->sinks) s.released = true;
+  // A sink that takes nothing (a console nobody reads): leave the thread
+  // blocked in its write; the process exits around it.
+  state_->abandoned = true;
+  state_->stuck = state_->busy;
+  std::vector<std::pair<int, std::string>> finals;  // (fd, text) for the sinks the thread is not stuck on
+  for (auto& [id, s] : state_->sinks) {
+    if (s.bytes > 0) left.dropped.push_back({s.name, s.bytes});
+    s.queue.clear();
+    s.bytes = 0;
+    if (id != state_->stuck && !s.released) {
+      for (auto& [seq, text] : s.finals) finals.emplace_back(s.fd, std::move(text));
+    }
+    s.finals.clear();
+  }
   state_->work.notify_all();
   lock.unlock();
-  state_->thread.join();
+  state_->thread.detach();
+  for (const auto& [fd, text] : finals) write_by(fd, text, Clock::now() + kFinalWriteWait);
+  return left;
 }
 
-void AsyncWriter::add(int fd, std::string name, bool owned) {
+bool AsyncWriter::finished() const {
   std::lock_guard lock(state_->mutex);
-  auto& s = state_->sinks[fd];
+  return state_->finished;
+}
+
+bool AsyncWriter::write_after_finish(Sink sink, std::string_view text) {
+  int fd = -1;
+  {
+    std::lock_guard lock(state_->mutex);
+    State::Sink* s = state_->find(sink.id_);
+    if (!state_->finished || s == nullptr || s->released || sink.id_ == state_->stuck) return false;
+    fd = s->fd;
+  }
+  return write_by(fd, text, Clock::now() + kFinalWriteWait);
+}
+
+AsyncWriter::Sink AsyncWriter::add_borrowed(int fd, std::string name) {
+  std::lock_guard lock(state_->mutex);
+  int id = state_->next_id++;
+  auto& s = state_->sinks[id];
+  s.fd = fd;
   s.name = std::move(name);
-  s.owned = owned;
+  return Sink(id);
 }
 
-void AsyncWriter::release(int fd) {
+AsyncWriter::Sink AsyncWriter::add_owned(net::UniqueFd fd, std::string name) {
+  Sink sink = add_borrowed(fd.get(), std::move(name));
   std::lock_guard lock(state_->mutex);
-  auto it = state_->sinks.find(fd);
-  if (it == state_->sinks.end()) return;
-  it->second.released = true;
-  state_->work.notify_all();
+  state_->sinks[sink.id_].owned = true;
+  [[maybe_unused]] int owned_now = fd.release();  // closed by retire_released()
+  return sink;
 }
 
-void AsyncWriter::push(int fd, std::string_view bytes) {
+void AsyncWriter::release(Sink sink) {
+  std::lock_guard lock(state_->mutex);
+  if (State::Sink* s = state_->find(sink.id_)) {
+    s->released = true;
+    state_->work.notify_all();
+  }
+}
+
+void AsyncWriter::push(Sink sink, std::string_view bytes) {
   if (bytes.empty()) return;
   std::lock_guard lock(state_->mutex);
-  auto it = state_->sinks.find(fd);
-  if (it == state_->sinks.end() || it->second.failed) return;
-  it->second.queue.emplace_back(bytes);
-  it->second.bytes += bytes.size();
+  State::Sink* s = state_->find(sink.id_);
+  if (s == nullptr || s->failed || state_->stop) return;
+  s->queue.emplace_back(++s->pushed, bytes);
+  s->bytes += bytes.size();
   state_->work.notify_all();
 }
 
-bool AsyncWriter::full(int fd) const {
+void AsyncWriter::push_final(Sink sink, std::string_view bytes) {
+  if (bytes.empty()) return;
   std::lock_guard lock(state_->mutex);
-  auto it = state_->sinks.find(fd);
-  return it != state_->sinks.end() && !it->second.failed && it->second.bytes >= state_->capacity;
+  State::Sink* s = state_->find(sink.id_);
+  if (s == nullptr || s->failed || state_->stop) return;
+  s->queue.emplace_back(++s->pushed, bytes);
+  s->finals.emplace_back(s->pushed, bytes);
+  s->bytes += bytes.size();
+  state_->work.notify_all();
 }
 
-std::size_t AsyncWriter::queued(int fd) const {
+bool AsyncWriter::full(Sink sink) const {
   std::lock_guard lock(state_->mutex);
-  auto it = state_->sinks.find(fd);
-  return it == state_->sinks.end() || it->second.failed ? 0 : it->second.bytes;
+  const State::Sink* s = state_->find(sink.id_);
+  return s != nullptr && !s->failed && s->bytes >= state_->capacity;
 }
 
-void AsyncWriter::when_room(int fd, std::function<void()> callback) {
+std::size_t AsyncWriter::queued(Sink sink) const {
   std::lock_guard lock(state_->mutex);
-  auto it = state_->sinks.find(fd);
-  if (it == state_->sinks.end() || it->second.failed || it->second.bytes <= state_->capacity / 2) {
+  const State::Sink* s = state_->find(sink.id_);
+  return s == nullptr || s->failed ? 0 : s->bytes;
+}
+
+void AsyncWriter::when_room(Sink sink, std::function<void()> callback) {
+  std::lock_guard lock(state_->mutex);
+  State::Sink* s = state_->find(sink.id_);
+  if (s == nullptr || s->failed || s->bytes <= state_->capacity / 2) {
     state_->post(std::move(callback));
     return;
   }
-  it->second.waiters.push_back(std::move(callback));
+  s->waiters.push_back(std::move(callback));
 }
 
 bool AsyncWriter::drain(std::chrono::milliseconds stalled_limit, std::chrono::milliseconds total_limit) {
-  auto start = std::chrono::steady_clock::now();
+  auto start = Clock::now();
   std::unique_lock lock(state_->mutex);
   state_->work.notify_all();
   uint64_t seen = state_->progress.load();
   auto last_progress = start;
   while (!state_->all_empty()) {
-    auto now = std::chrono::steady_clock::now();
+    auto now = Clock::now();
     uint64_t p = state_->progress.load();
     if (p != seen) {
       seen = p;

@@ -9,11 +9,12 @@
 
 #include "macros.hpp"
 #include "muster/common/log.hpp"
+#include "muster/net/unique_fd.hpp"
 
 namespace muster::launcher {
 
-LaunchPlanner::LaunchPlanner(const LaunchConfig& cfg, AsyncWriter& writer)
-    : cfg_(cfg), writer_(writer), executable_path_(cfg.executable) {}
+LaunchPlanner::LaunchPlanner(const LaunchConfig& cfg, AsyncWriter& writer, ConsoleSinks console)
+    : cfg_(cfg), writer_(writer), console_(console), executable_path_(cfg.executable) {}
 
 LaunchPlanner::~LaunchPlanner() { finish(); }
 
@@ -76,7 +77,7 @@ Result<std::vector<LaunchPlanner::Worker>> LaunchPlanner::launches(const Environ
                                               {"rank", std::to_string(group.base_global_rank + lr)},
                                               {"local_rank", std::to_string(lr)}});
     }
-    auto plan = [&](unsigned bit, const char* file, int console_fd, int filtered_fd,
+    auto plan = [&](unsigned bit, const char* file, AsyncWriter::Sink console, AsyncWriter::Sink filtered,
                     const std::vector<std::string>& filters) {
       StreamPlan p;
       bool tee = (cfg_.tee.for_rank(lr) & bit) != 0;
@@ -86,9 +87,9 @@ Result<std::vector<LaunchPlanner::Worker>> LaunchPlanner::launches(const Environ
         p.mode = StreamPlan::Mode::tee;
         p.path = path;
         p.tee.writer = &writer_;
-        p.tee.console_fd = console_fd;
+        p.tee.console = console;
         p.tee.prefix = prefix;
-        p.tee.filtered_fd = filtered_fd;
+        p.tee.filtered = filtered;
         p.tee.filters = filters;
       } else if (tee || redirect) {
         p.mode = path.empty() ? StreamPlan::Mode::devnull : StreamPlan::Mode::file;
@@ -102,7 +103,7 @@ Result<std::vector<LaunchPlanner::Worker>> LaunchPlanner::launches(const Environ
         if (p.mode != StreamPlan::Mode::tee) {
           p.tee = PumpTargets{};
           p.tee.writer = &writer_;
-          p.tee.console_fd = p.mode == StreamPlan::Mode::inherit ? console_fd : -1;
+          if (p.mode == StreamPlan::Mode::inherit) p.tee.console = console;
           p.tee.raw_console = true;
           if (p.mode == StreamPlan::Mode::devnull) p.path.clear();
           p.mode = StreamPlan::Mode::tee;
@@ -112,17 +113,17 @@ Result<std::vector<LaunchPlanner::Worker>> LaunchPlanner::launches(const Environ
       }
       return p;
     };
-    w.out = plan(kStdOut, "stdout.log", STDOUT_FILENO, filtered_stdout_fd_, cfg_.duplicate_stdout_filters);
-    w.err = plan(kStdErr, "stderr.log", STDERR_FILENO, filtered_stderr_fd_, cfg_.duplicate_stderr_filters);
+    w.out = plan(kStdOut, "stdout.log", console_.out, filtered_stdout_, cfg_.duplicate_stdout_filters);
+    w.err = plan(kStdErr, "stderr.log", console_.err, filtered_stderr_, cfg_.duplicate_stderr_filters);
     launches.push_back(Worker{std::move(w), error_file});
   }
   return launches;
 }
 
 void LaunchPlanner::close_filtered_logs() {
-  for (int* fd : {&filtered_stdout_fd_, &filtered_stderr_fd_}) {
-    if (*fd >= 0) writer_.release(*fd);  // closed once written
-    *fd = -1;
+  for (AsyncWriter::Sink* sink : {&filtered_stdout_, &filtered_stderr_}) {
+    if (*sink) writer_.release(*sink);  // closed once written
+    *sink = {};
   }
 }
 
@@ -130,15 +131,17 @@ void LaunchPlanner::open_filtered_logs(const std::string& attempt_dir) {
   close_filtered_logs();
   if (attempt_dir.empty()) return;
   auto open_log = [&](const std::vector<std::string>& filters, const char* name) {
-    if (filters.empty()) return -1;
+    if (filters.empty()) return AsyncWriter::Sink{};
     std::string path = attempt_dir + "/" + name;
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) log::warning("cannot create " + path + ": " + std::strerror(errno));
-    if (fd >= 0) writer_.add(fd, path, true);
-    return fd;
+    net::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!fd) {
+      log::warning("cannot create " + path + ": " + std::strerror(errno));
+      return AsyncWriter::Sink{};
+    }
+    return writer_.add_owned(std::move(fd), path);
   };
-  filtered_stdout_fd_ = open_log(cfg_.duplicate_stdout_filters, "filtered_stdout.log");
-  filtered_stderr_fd_ = open_log(cfg_.duplicate_stderr_filters, "filtered_stderr.log");
+  filtered_stdout_ = open_log(cfg_.duplicate_stdout_filters, "filtered_stdout.log");
+  filtered_stderr_ = open_log(cfg_.duplicate_stderr_filters, "filtered_stderr.log");
 }
 
 void LaunchPlanner::prepare_run_path_barrier(const Environment& env) {

@@ -28,9 +28,16 @@
 
 namespace muster::launcher {
 
+// The agent's console, as sinks of its writer: where inherited and tee'd
+// worker output goes.
+struct ConsoleSinks {
+  AsyncWriter::Sink out;
+  AsyncWriter::Sink err;
+};
+
 class LaunchPlanner {
  public:
-  LaunchPlanner(const LaunchConfig& cfg, AsyncWriter& writer);
+  LaunchPlanner(const LaunchConfig& cfg, AsyncWriter& writer, ConsoleSinks console);
   ~LaunchPlanner();
   LaunchPlanner(const LaunchPlanner&) = delete;
   LaunchPlanner& operator=(const LaunchPlanner&) = delete;
@@ -67,10 +74,11 @@ class LaunchPlanner {
 
   const LaunchConfig& cfg_;
   AsyncWriter& writer_;
+  ConsoleSinks console_;
   std::string executable_path_;
   std::optional<LogDirectory> logs_;
-  int filtered_stdout_fd_ = -1;
-  int filtered_stderr_fd_ = -1;
+  AsyncWriter::Sink filtered_stdout_;  // the filtered logs, owned by the writer
+  AsyncWriter::Sink filtered_stderr_;
   std::string run_path_done_dir_;
   // What the workers' environment gets besides the agent's (the run-path folder).
   std::map<std::string, std::string> extra_env_;

@@ -13,7 +13,7 @@ OutputPump::OutputPump(boost::asio::io_context& io, int pipe_read_fd, PumpTarget
 }
 
 OutputPump::~OutputPump() {
-  if (targets_.file_fd >= 0 && targets_.writer != nullptr) targets_.writer->release(targets_.file_fd);
+  if (targets_.file && targets_.writer != nullptr) targets_.writer->release(targets_.file);
 }
 
 void OutputPump::start(std::function<void()> on_eof) {
@@ -26,10 +26,10 @@ void OutputPump::read_more() {
   auto self = shared_from_this();
   // A sink that is behind: read again once it has room.
   if (targets_.writer != nullptr) {
-    for (int fd : {targets_.file_fd, targets_.console_fd, targets_.filtered_fd}) {
-      if (fd >= 0 && targets_.writer->full(fd)) {
+    for (AsyncWriter::Sink sink : {targets_.file, targets_.console, targets_.filtered}) {
+      if (sink && targets_.writer->full(sink)) {
         set_blocked(true);
-        targets_.writer->when_room(fd, [self] { self->read_more(); });
+        targets_.writer->when_room(sink, [self] { self->read_more(); });
         return;
       }
     }
@@ -65,14 +65,14 @@ void OutputPump::abandon() {
   targets_.writer = nullptr;
 }
 
-void OutputPump::push(int fd, std::string_view bytes) {
-  if (fd >= 0 && targets_.writer != nullptr) targets_.writer->push(fd, bytes);
+void OutputPump::push(AsyncWriter::Sink sink, std::string_view bytes) {
+  if (sink && targets_.writer != nullptr) targets_.writer->push(sink, bytes);
 }
 
 void OutputPump::consume(std::string_view data) {
-  push(targets_.file_fd, data);
+  push(targets_.file, data);
   if (targets_.raw_console) {
-    push(targets_.console_fd, data);
+    push(targets_.console, data);
     return;
   }
   splitter_.feed(data, [this](std::string_view line, bool complete) { emit_line(line, complete); });
@@ -83,11 +83,11 @@ void OutputPump::emit_line(std::string_view line, bool /*complete*/) {
   line_buf_ += targets_.prefix;
   line_buf_.append(line);
   line_buf_.push_back('\n');
-  push(targets_.console_fd, line_buf_);
-  if (targets_.filtered_fd >= 0) {
+  push(targets_.console, line_buf_);
+  if (targets_.filtered) {
     for (const auto& f : targets_.filters) {
       if (line.find(f) != std::string_view::npos) {
-        push(targets_.filtered_fd, line_buf_);
+        push(targets_.filtered, line_buf_);
         break;
       }
     }
@@ -101,9 +101,9 @@ void OutputPump::at_eof() {
   splitter_.finish([this](std::string_view line, bool complete) { emit_line(line, complete); });
   boost::system::error_code ignored;
   pipe_.cancel(ignored);
-  if (targets_.file_fd >= 0 && targets_.writer != nullptr) {
-    targets_.writer->release(targets_.file_fd);
-    targets_.file_fd = -1;
+  if (targets_.file && targets_.writer != nullptr) {
+    targets_.writer->release(targets_.file);
+    targets_.file = {};
   }
   if (auto done = std::move(on_eof_)) {
     on_eof_ = nullptr;

@@ -21,11 +21,11 @@
 namespace muster::launcher {
 
 struct PumpTargets {
-  AsyncWriter* writer = nullptr;  // required when any fd below is set
-  int file_fd = -1;       // registered with the writer, which owns and closes it
-  int console_fd = -1;    // registered with the writer, not owned
+  AsyncWriter* writer = nullptr;  // required when any sink below is set
+  AsyncWriter::Sink file;      // the log file; released by the pump at its end
+  AsyncWriter::Sink console;   // the agent's console
   std::string prefix;
-  int filtered_fd = -1;   // registered with the writer; lines matching a filter are copied here
+  AsyncWriter::Sink filtered;  // lines matching a filter are copied here
   std::vector<std::string> filters;
   // The console gets the bytes as they come, unsplit and unprefixed (a
   // stream muster only watches: --worker-timeout without --tee).
@@ -57,7 +57,7 @@ class OutputPump : public std::enable_shared_from_this<OutputPump> {
   void consume(std::string_view data);
   void emit_line(std::string_view line, bool complete);
   void at_eof();
-  void push(int fd, std::string_view bytes);
+  void push(AsyncWriter::Sink sink, std::string_view bytes);
 
   boost::asio::posix::stream_descriptor pipe_;
   PumpTargets targets_;

@@ -173,11 +173,8 @@ Status Supervisor::start(const std::vector<WorkerLaunch>& launches) {
     auto add_pump = [&](StreamFds& fds, const StreamPlan& plan) {
       if (!fds.parent) return;
       PumpTargets targets = plan.tee;
-      targets.file_fd = -1;
-      if (fds.file && targets.writer != nullptr) {
-        targets.file_fd = fds.file.get();
-        targets.writer->add(fds.file.release(), plan.path, true);
-      }
+      targets.file = {};
+      if (fds.file && targets.writer != nullptr) targets.file = targets.writer->add_owned(std::move(fds.file), plan.path);
       auto pump = std::make_shared<OutputPump>(io_, fds.parent.release(), std::move(targets));
       Worker* wp = w.get();
       pump->start([this, wp] { deliver_if_drained(*wp); });

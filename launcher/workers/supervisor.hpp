@@ -27,7 +27,7 @@ struct StreamPlan {
   enum class Mode { inherit, devnull, file, tee };
   Mode mode = Mode::inherit;
   std::string path;  // file and tee: the log file ("" with tee: console only)
-  PumpTargets tee;   // tee: console, prefix, filters (file_fd is filled in)
+  PumpTargets tee;   // tee: console, prefix, filters (the file's sink is filled in)
 };
 
 struct WorkerLaunch {

@@ -4,6 +4,7 @@ Whatever one peer sends, the process stays up, answers everyone else, gives
 back what the peer held (descriptors, memory) and still forms a fresh job."""
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -440,6 +441,8 @@ def test_a_client_that_never_reads_its_replies_holds_no_more_than_a_bounded_buff
 # --- A console nobody reads ---------------------------------------------------
 
 def test_a_console_nobody_reads_stalls_neither_the_store_nor_sigterm(tmp_path):
+    # With --shutdown-timeout=2: the workers get 2 s to go, and the output the
+    # console will not take gets 2 s more; the agent then says what it dropped.
     import datetime
 
     import torch.distributed as dist
@@ -450,7 +453,7 @@ def test_a_console_nobody_reads_stalls_neither_the_store_nor_sigterm(tmp_path):
     try:
         writer = open(fifo, "w")
         agent = subprocess.Popen([os.environ["MUSTER_BIN"], "--standalone", "--nproc-per-node=2", "--tee=3",
-                                  str(DATA / "flood.py"), str(tmp_path), "2"],
+                                  "--shutdown-timeout=2", str(DATA / "flood.py"), str(tmp_path), "2"],
                                  env=base_env(), stdout=writer, stderr=subprocess.PIPE, text=True)
         writer.close()
         assert wait_for(lambda: (tmp_path / "env_0.json").exists(), 60 * SLACK)
@@ -488,8 +491,17 @@ def test_a_console_nobody_reads_stalls_neither_the_store_nor_sigterm(tmp_path):
         t0 = time.monotonic()
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=40 * SLACK)
-        print(f"SIGTERM ended the agent in {time.monotonic() - t0:.2f} s")
+        took = time.monotonic() - t0
+        print(f"SIGTERM ended the agent in {took:.2f} s")
         assert agent.returncode != 0
+        # Within the two grace periods (workers, output), not the writer's own 5 s stall limit on top.
+        assert took < 2 * 2 + 2 * SLACK
+        err = agent.stderr.read()
+        assert "got signal: 15" in err, err[-3000:]  # the final report, on the console that takes bytes
+        dropped = [line for line in err.splitlines() if line.startswith("muster: at exit, output")]
+        assert len(dropped) == 1, err[-3000:]
+        assert "within --shutdown-timeout=2 s was dropped" in dropped[0]
+        assert re.search(r"\d+ bytes for the console \(stdout\)", dropped[0]), dropped[0]
     finally:
         os.close(reader)
         if agent is not None and agent.poll() is None:

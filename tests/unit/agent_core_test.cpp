@@ -346,3 +346,131 @@ TEST_CASE("a restart is announced when it is decided, not when the new workers s
   other.on_assignment(1);
   CHECK_FALSE(has<action::AnnounceRestart>(other.on_restart_order(false)));  // a membership change
 }
+
+namespace {
+
+// The driver performs nothing after Finish: the core puts it last.
+bool finish_is_last(const std::vector<Action>& actions) {
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (std::holds_alternative<action::Finish>(actions[i]) && i + 1 != actions.size()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a start that fails ends the run with 1, no restart, no report, and takes the start back", "[core]") {
+  AgentCore core(2, 3);
+  core.start();
+  CHECK(core.groups_started() == 1);
+  auto end = core.on_start_failed();
+  CHECK(finish_code(end) == 1);
+  CHECK_FALSE(has<action::StartWorkers>(end));
+  CHECK(core.phase() == Phase::finished);
+  CHECK(core.exit_code() == 1);
+  CHECK(core.stop_reason() == StopReason::start_failed);
+  CHECK(core.groups_started() == 0);
+  CHECK(core.final_report() == FinalReport::none);  // the reason was said by whoever found it
+  // Nothing follows a finished run.
+  CHECK(core.on_worker_exit(0, code(1)).empty());
+  CHECK(core.on_signal(SIGTERM).empty());
+  CHECK(core.on_start_failed().empty());
+}
+
+TEST_CASE("a failed restart's start keeps the earlier starts counted", "[core]") {
+  AgentCore core(1, 1);
+  core.start();
+  auto restart = core.on_worker_exit(0, code(1));
+  REQUIRE(has<action::StartWorkers>(restart));
+  CHECK(core.groups_started() == 2);
+  CHECK(finish_code(core.on_start_failed()) == 1);
+  CHECK(core.groups_started() == 1);
+}
+
+TEST_CASE("a start failure is only the attempt's just begun", "[core]") {
+  AgentCore core(2, 0);
+  CHECK(core.on_start_failed().empty());  // nothing begun
+  core.start();
+  core.on_worker_exit(0, ok());
+  CHECK(core.on_start_failed().empty());  // its workers ran
+  CHECK(core.phase() == Phase::running);
+}
+
+TEST_CASE("the core chooses the report that ends the run", "[core]") {
+  SECTION("success: none") {
+    AgentCore core(1, 0);
+    core.start();
+    core.on_worker_exit(0, ok());
+    CHECK(core.exit_code() == 0);
+    CHECK(core.final_report() == FinalReport::none);
+  }
+  SECTION("a local failure: this node's report") {
+    AgentCore core(2, 0);
+    core.start();
+    core.on_worker_exit(1, code(2));
+    core.on_worker_exit(0, sig(SIGTERM));
+    CHECK(core.exit_code() == 1);
+    CHECK(core.final_report() == FinalReport::local);
+  }
+  SECTION("the agent's signal: the signal, whatever the workers did") {
+    AgentCore core(2, 0);
+    core.start();
+    core.on_worker_exit(1, code(2));
+    core.on_signal(SIGTERM);
+    core.on_worker_exit(0, sig(SIGTERM));
+    CHECK(core.final_report() == FinalReport::signal);
+  }
+  SECTION("not finished yet: none") {
+    AgentCore core(2, 0);
+    core.start();
+    core.on_worker_exit(1, code(2));
+    CHECK(core.final_report() == FinalReport::none);
+  }
+  SECTION("multi-node: the job's root cause when the finish order names it") {
+    AgentCore core(1, 0, true);
+    core.on_assignment(0);
+    core.on_worker_exit(0, code(1));  // reported; the rendezvous decides
+    CHECK(finish_code(core.on_finish_order(1, true)) == 1);
+    CHECK(core.final_report() == FinalReport::job);
+  }
+  SECTION("multi-node: workers stopped by an order without a named cause are victims") {
+    AgentCore core(2, 0, true);
+    core.on_assignment(0);
+    core.on_finish_order(1);
+    core.on_worker_exit(0, sig(SIGTERM));
+    CHECK(finish_code(core.on_worker_exit(1, sig(SIGTERM))) == 1);
+    CHECK(core.final_report() == FinalReport::none);
+  }
+  SECTION("multi-node: a local failure with no root cause named: this node's report") {
+    AgentCore core(1, 0, true);
+    core.on_assignment(0);
+    core.on_worker_exit(0, code(1));
+    CHECK(finish_code(core.on_finish_order(1)) == 1);
+    CHECK(core.final_report() == FinalReport::local);
+  }
+}
+
+TEST_CASE("Finish is always the last action of its list", "[core]") {
+  {
+    AgentCore core(2, 0);
+    core.start();
+    core.on_worker_exit(0, code(1));
+    CHECK(core.on_shutdown_timer().size() == 2);  // SIGKILL, and the timer again
+    auto end = core.on_shutdown_timer();
+    CHECK(finish_code(end) == 1);
+    CHECK(finish_is_last(end));
+  }
+  {
+    AgentCore core(1, 0);
+    core.start();
+    auto end = core.on_worker_exit(0, code(1));
+    CHECK(finish_code(end) == 1);
+    CHECK(finish_is_last(end));
+  }
+  {
+    AgentCore core(1, 0);
+    auto end = core.on_signal(SIGINT);
+    CHECK(finish_code(end) == 1);
+    CHECK(finish_is_last(end));
+  }
+}

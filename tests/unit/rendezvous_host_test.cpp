@@ -100,7 +100,7 @@ TEST_CASE("the static backend's node rank 0 serves the rendezvous behind the sto
   boost::asio::io_context io;
   // In the agent's order: the host's server outlives the store whose shared port hands it connections.
   RendezvousHost host(io, "job", std::nullopt);
-  StoreHost store(io);
+  StoreHost store(io, StoreHost::Emptying::by_rounds);
   REQUIRE(host.open_static(store, "127.0.0.1", 0).ok());
   CHECK(host.hosting());
   CHECK(host.port() == 0);  // no listener of its own
@@ -109,7 +109,7 @@ TEST_CASE("the static backend's node rank 0 serves the rendezvous behind the sto
 
   HeldPort held(io);
   RendezvousHost other(io, "job", std::nullopt);
-  StoreHost other_store(io);
+  StoreHost other_store(io, StoreHost::Emptying::by_rounds);
   auto st = other.open_static(other_store, "127.0.0.1", held.port());
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.message(), Catch::StartsWith("node rank 0 cannot serve --master-port " + std::to_string(held.port())));
