@@ -8,6 +8,7 @@
 
 #include "muster/common/log.hpp"
 #include "muster/common/text.hpp"
+#include "muster/rendezvous/handshake.hpp"
 
 namespace muster::rendezvous {
 
@@ -22,7 +23,7 @@ struct RendezvousClient::Connection {
   std::array<char, 16384> buf{};
   // With a key: this connection's nonce once its hello is sent, the
   // messages sent before the server proved itself, then the channel.
-  std::string nonce;
+  std::optional<ClientHandshake> handshake;
   std::vector<std::string> held;
   std::optional<auth::Channel> channel;
   bool heard_tagged = false;  // a frame with a good tag has arrived
@@ -130,8 +131,8 @@ void RendezvousClient::attempt() {
         c->done = true;
         return self->on_error_(nonce.status());
       }
-      c->nonce = nonce.value();
-      c->out.push(encode_frame(to_json(HelloMessage{c->nonce})));
+      c->handshake.emplace(*self->key_, nonce.value());
+      c->out.push(encode_frame(c->handshake->hello()));
       // The server's challenge is awaited as long as a connect would be.
       self->attempt_timer_.expires_after(std::min(kAttemptTimeout, std::max(Duration(1), std::chrono::duration_cast<Duration>(self->deadline_ - Clock::now()))));
       self->attempt_timer_.async_wait([self, c](const boost::system::error_code& e) {
@@ -158,7 +159,7 @@ void RendezvousClient::opened(const std::shared_ptr<Connection>& c) {
     for (const auto& text : c->held) c->out.push(frame_of(c->channel->seal(text)));
     c->held.clear();
   }
-  if (!c->nonce.empty()) attempt_timer_.cancel();
+  if (c->handshake) attempt_timer_.cancel();
   else read_more(c);
   flush(c);
   if (on_connected_) on_connected_();
@@ -181,19 +182,10 @@ bool RendezvousClient::on_handshake(const std::shared_ptr<Connection>& c, const 
     on_error_(Status(Code::auth_failed, "the rendezvous at " + address() + " " + why));
     return false;
   };
-  if (type != "challenge") return fail("sent '" + log_excerpt(type, 64) + "' where its challenge was due");
-  auto challenge = challenge_from_json(msg);
-  if (!challenge.ok()) return fail("sent a bad challenge: " + challenge.status().message());
-  auto derived = auth::derive(*key_, c->nonce, challenge->nonce);
-  // During a key rotation the server proves both keys; either may be this node's.
-  bool matches = auth::same(challenge->proof, derived.server_proof);
-  bool matches_previous = challenge->previous_proof && auth::same(*challenge->previous_proof, derived.server_proof);
-  if (!matches && !matches_previous) {
-    return fail("does not hold this node's auth key (its proof does not match): give the rendezvous and every "
-                "agent the same --auth-key-file");
-  }
-  c->out.push(encode_frame(to_json(AuthMessage{derived.client_proof})));
-  c->channel.emplace(std::move(derived.session_key), auth::Channel::Side::client);
+  auto opened_channel = c->handshake->on_challenge(msg);
+  if (!opened_channel.ok()) return fail(opened_channel.status().message());
+  c->out.push(encode_frame(opened_channel->auth));
+  c->channel.emplace(std::move(opened_channel->session_key), auth::Channel::Side::client);
   opened(c);
   return true;
 }

@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 
 #include "muster/common/log.hpp"
+#include "muster/rendezvous/handshake.hpp"
 #include "muster/rendezvous/protocol.hpp"
 #include "muster/net/asio_tcp.hpp"
 #include "muster/common/text.hpp"
@@ -140,18 +141,10 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   FrameReader reader_;
   net::WriteQueue out_;
-  // Authentication, when the server has a key: the agent's expected proof
-  // and the session key once the challenge is sent; the channel once the
-  // agent has proved itself.
-  // The keys this connection may prove, fixed when it was accepted (a key
-  // set later does not apply to it); none: the server had no key then.
-  std::shared_ptr<const auth::Key> key_;
-  std::shared_ptr<const auth::Key> previous_key_;
-  bool challenged_ = false;
-  std::string client_proof_;
-  std::string session_key_;
-  std::string previous_client_proof_;
-  std::string previous_session_key_;
+  // Authentication, when the server had a key as the connection was
+  // accepted (a key set later does not apply to it): the handshake until the
+  // agent has proved itself, then the channel.
+  std::optional<ServerHandshake> handshake_;
   std::optional<auth::Channel> channel_;
   bool closed_ = false;
   bool close_after_write_ = false;
@@ -198,8 +191,7 @@ void RendezvousServer::add_session(tcp::socket socket, std::string already_read)
     return;
   }
   ++count;
-  session->key_ = key_;
-  session->previous_key_ = previous_key_;
+  if (key_) session->handshake_.emplace(key_, previous_key_);
   sessions_.add(id, session);
   session->start(std::move(already_read));
 }
@@ -207,7 +199,7 @@ void RendezvousServer::add_session(tcp::socket socket, std::string already_read)
 void RendezvousServer::handle(Session& s, const std::string& payload) {
   try {
     std::string opened;
-    const bool keyed = s.key_ != nullptr;
+    const bool keyed = s.handshake_.has_value();
     if (keyed) {
       if (!s.channel_) return handshake(s, payload);
       auto m = s.channel_->open(payload);
@@ -410,56 +402,14 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
   s.send(to_json(reply));
 }
 
-// The connection has not proved it holds the key yet: its first message must
-// be a hello, its second an auth with the right proof.
+// The connection has not proved it holds the key yet (handshake.hpp).
 void RendezvousServer::handshake(Session& s, const std::string& payload) {
   auto parsed = parse_message(payload);
   if (!parsed.ok()) return s.fail(Code::invalid_argument, parsed.status().message());
-  const json& msg = parsed.value();
-  const std::string& type = msg["type"].get_ref<const std::string&>();
-  if (!s.challenged_) {
-    if (type != "hello") {
-      return s.fail(Code::auth_failed, "this rendezvous requires authentication and the connection sent '" +
-                                           log_excerpt(type, 64) +
-                                           "' first: give this client (the agent, or musterctl) the rendezvous's key "
-                                           "with --auth-key-file (or MUSTER_AUTH_KEY_FILE)");
-    }
-    auto hello = hello_from_json(msg);
-    if (!hello.ok()) return s.fail(Code::invalid_argument, hello.status().message());
-    auto nonce = auth::random_bytes(auth::kNonceBytes);
-    if (!nonce.ok()) return s.fail(Code::internal, nonce.status().message());
-    auto derived = auth::derive(*s.key_, hello->nonce, nonce.value());
-    s.client_proof_ = std::move(derived.client_proof);
-    s.session_key_ = std::move(derived.session_key);
-    ChallengeMessage challenge{nonce.value(), derived.server_proof, std::nullopt};
-    if (s.previous_key_) {
-      auto old = auth::derive(*s.previous_key_, hello->nonce, nonce.value());
-      s.previous_client_proof_ = std::move(old.client_proof);
-      s.previous_session_key_ = std::move(old.session_key);
-      challenge.previous_proof = std::move(old.server_proof);
-    }
-    s.challenged_ = true;
-    return s.send(to_json(challenge));
-  }
-  if (type != "auth") {
-    return s.fail(Code::auth_failed, "'" + log_excerpt(type, 64) + "' before the connection authenticated");
-  }
-  auto proof = auth_from_json(msg);
-  if (!proof.ok()) return s.fail(Code::invalid_argument, proof.status().message());
-  // Both comparisons are made, so the time taken does not say which key matched.
-  bool current = auth::same(proof->proof, s.client_proof_);
-  bool previous = !s.previous_client_proof_.empty() && auth::same(proof->proof, s.previous_client_proof_);
-  if (!current && !previous) {
-    return s.fail(Code::auth_failed,
-                  "authentication failed: the agent's proof does not match this rendezvous's key; give the "
-                  "rendezvous and every agent the same --auth-key-file");
-  }
-  s.channel_.emplace(current ? std::move(s.session_key_) : std::move(s.previous_session_key_),
-                     auth::Channel::Side::server);
-  s.client_proof_.clear();
-  s.previous_client_proof_.clear();
-  s.session_key_.clear();
-  s.previous_session_key_.clear();
+  auto step = s.handshake_->on_message(parsed.value());
+  if (!step.ok()) return s.fail(step.status().code(), step.status().message());
+  if (!step->reply.is_null()) s.send(step->reply);
+  if (s.handshake_->done()) s.channel_.emplace(std::move(step->session_key), auth::Channel::Side::server);
 }
 
 void RendezvousServer::handle_join(Session& s, const json& msg) {
@@ -643,7 +593,7 @@ void RendezvousServer::arm(Job& job, TimePoint at) {
 
 void RendezvousServer::gone(Session& s) {
   MemberId id = s.id();
-  if (s.key_ && s.challenged_ && !s.channel_ && !s.close_after_write_) {
+  if (s.handshake_ && s.handshake_->challenged() && !s.close_after_write_) {
     // An agent whose key differs sees that from the challenge and goes.
     log::warning("rendezvous: the connection from " + s.peer_ +
                  " closed before it authenticated; an agent with a different auth key does that");

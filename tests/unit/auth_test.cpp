@@ -12,6 +12,7 @@
 
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/client.hpp"
+#include "muster/rendezvous/handshake.hpp"
 #include "muster/rendezvous/protocol.hpp"
 #include "muster/rendezvous/server.hpp"
 
@@ -281,5 +282,123 @@ TEST_CASE("auth: an agent with the server's key joins; without it or with anothe
     REQUIRE(o.messages.size() == 1);
     CHECK(o.messages[0]["type"] == "error");
     CHECK_THAT(o.messages[0]["message"].get<std::string>(), Catch::Contains("has no auth key"));
+  }
+}
+
+namespace {
+
+using muster::rendezvous::ClientHandshake;
+using muster::rendezvous::ServerHandshake;
+
+std::shared_ptr<const auth::Key> shared_key(const std::string& bytes) {
+  return std::make_shared<const auth::Key>(bytes);
+}
+
+// Fixed bytes instead of the system's: the handshake is then the same every run.
+ServerHandshake::Random fixed_random(char c) {
+  return [c](std::size_t n) -> Result<std::string> { return std::string(n, c); };
+}
+
+}  // namespace
+
+TEST_CASE("the handshake machines agree on a session key when both ends hold the key", "[auth]") {
+  auto key = shared_key("0123456789abcdef-the-key");
+  ServerHandshake server(key, nullptr, fixed_random('s'));
+  ClientHandshake client(*key, std::string(auth::kNonceBytes, 'c'));
+  CHECK_FALSE(server.challenged());
+  auto challenge = server.on_message(client.hello());
+  REQUIRE(challenge.ok());
+  CHECK(challenge->reply["type"] == "challenge");
+  CHECK(challenge->session_key.empty());
+  CHECK(server.challenged());
+  auto opened = client.on_challenge(challenge->reply);
+  REQUIRE(opened.ok());
+  auto done = server.on_message(opened->auth);
+  REQUIRE(done.ok());
+  CHECK(done->reply.is_null());
+  CHECK(server.done());
+  CHECK_FALSE(done->session_key.empty());
+  CHECK(done->session_key == opened->session_key);
+  // The channels they open talk to each other.
+  auth::Channel a(opened->session_key, auth::Channel::Side::client);
+  auth::Channel b(done->session_key, auth::Channel::Side::server);
+  auto m = b.open(a.seal("join"));
+  REQUIRE(m.ok());
+  CHECK(m.value() == "join");
+  // After it: no second handshake on the connection.
+  auto again = server.on_message(client.hello());
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.status().code() == Code::auth_failed);
+  CHECK_THAT(again.status().message(), Catch::Contains("already authenticated"));
+}
+
+TEST_CASE("the handshake machines refuse a wrong key at either end, and accept the rotated-out one", "[auth]") {
+  auto key = shared_key("0123456789abcdef-the-key");
+  auto other = shared_key("0123456789abcdef-another");
+  SECTION("the server does not trust a client with another key") {
+    ServerHandshake server(key, nullptr, fixed_random('s'));
+    ClientHandshake client(*other, std::string(auth::kNonceBytes, 'c'));
+    auto challenge = server.on_message(client.hello());
+    REQUIRE(challenge.ok());
+    // The client sees the server's proof is not under its key.
+    auto opened = client.on_challenge(challenge->reply);
+    REQUIRE_FALSE(opened.ok());
+    CHECK_THAT(opened.status().message(), Catch::Contains("does not hold this node's auth key"));
+    // A client that sends a proof anyway is refused.
+    json forged = to_json(AuthMessage{std::string(auth::kTagBytes, 'x')});
+    auto refused = server.on_message(forged);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == Code::auth_failed);
+    CHECK_THAT(refused.status().message(), Catch::Contains("does not match this rendezvous's key"));
+    CHECK_FALSE(server.done());
+  }
+  SECTION("while a key is rotated, a client with the previous key gets in, on that key's session") {
+    ServerHandshake server(key, other, fixed_random('s'));
+    ClientHandshake client(*other, std::string(auth::kNonceBytes, 'c'));
+    auto challenge = server.on_message(client.hello());
+    REQUIRE(challenge.ok());
+    CHECK(challenge->reply.contains("previous_proof"));
+    auto opened = client.on_challenge(challenge->reply);
+    REQUIRE(opened.ok());
+    auto done = server.on_message(opened->auth);
+    REQUIRE(done.ok());
+    CHECK(done->session_key == opened->session_key);
+  }
+}
+
+TEST_CASE("the server's handshake takes messages only in their order", "[auth]") {
+  auto key = shared_key("0123456789abcdef-the-key");
+  ClientHandshake client(*key, std::string(auth::kNonceBytes, 'c'));
+  SECTION("a join first") {
+    ServerHandshake server(key, nullptr, fixed_random('s'));
+    auto r = server.on_message(json{{"type", "join"}});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::auth_failed);
+    CHECK_THAT(r.status().message(), Catch::Contains("requires authentication") && Catch::Contains("'join' first"));
+  }
+  SECTION("a second hello instead of the proof") {
+    ServerHandshake server(key, nullptr, fixed_random('s'));
+    REQUIRE(server.on_message(client.hello()).ok());
+    auto r = server.on_message(client.hello());
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.status().message(), Catch::Contains("'hello' before the connection authenticated"));
+  }
+  SECTION("a malformed hello") {
+    ServerHandshake server(key, nullptr, fixed_random('s'));
+    auto r = server.on_message(json{{"type", "hello"}, {"nonce", "abc"}});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::invalid_argument);
+  }
+  SECTION("no randomness") {
+    ServerHandshake server(key, nullptr,
+                           [](std::size_t) -> Result<std::string> { return Status(Code::internal, "getrandom failed"); });
+    auto r = server.on_message(client.hello());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::internal);
+  }
+  SECTION("the client refuses what is not a challenge") {
+    auto r = client.on_challenge(json{{"type", "assign"}});
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.status().message(), Catch::Contains("sent 'assign' where its challenge was due"));
   }
 }
