@@ -97,9 +97,9 @@ void ProcessGroup::Impl::connect(const ProcessGroupOptions& o) {
   if (local_size > 1 && (nodes == 1 || uniform)) open_shared_memory(topology, settings.slot_bytes);
   if (nodes > 1) form_rings(topology.node_of, topology.members);
   if (nodes == 1) {
-    transport = world == 1 ? "none" : "shm";
+    plan = world == 1 ? detail::Plan::single : detail::Plan::shared_memory;
   } else {
-    transport = shm ? "shm+tcp" : "tcp";
+    plan = shm ? detail::Plan::hierarchical : detail::Plan::ring;
   }
   // Every rank has read what it needs from the store before anyone returns
   // (rank 0 may host the store and leave).
@@ -299,7 +299,8 @@ void ProcessGroup::Impl::form_rings(const std::vector<int>& node_of, const std::
   }
   accept_from_previous(listener->fd.get(), plans, token, until);
   for (auto& p : plans) {
-    auto ring = std::make_unique<detail::TcpRing>(p.members, p.position, std::move(p.next), std::move(p.prev));
+    auto ring = std::make_unique<detail::Ring>(
+        std::make_unique<detail::TcpLink>(p.members, p.position, std::move(p.next), std::move(p.prev)));
     (p.id == 0 ? flat : cross) = std::move(ring);
   }
 }

@@ -24,6 +24,7 @@
 #include "muster/process_group.hpp"
 #include "muster/store/server.hpp"
 #include "muster/store/store.hpp"
+#include "hierarchical.hpp"
 #include "ring.hpp"
 #include "shm.hpp"
 #include "wait.hpp"
@@ -47,6 +48,18 @@ struct PeerInfo {
 };
 std::string encode_info(const PeerInfo& p);
 PeerInfo decode_info(const std::string& s, int rank);
+
+// How the group's collectives travel, chosen once when it forms:
+//   single        a group of one: nothing travels
+//   shared_memory one node: every collective through the node's segment
+//   ring          several nodes without shared memory (one rank per node, or
+//                 nodes of different sizes): every collective round the flat ring
+//   hierarchical  several nodes of equal size: all-reduce through shared
+//                 memory and the cross ring (hierarchical.hpp), the other
+//                 collectives round the flat ring
+enum class Plan { single, shared_memory, ring, hierarchical };
+// ProcessGroup::transport()'s word for a plan: "none", "shm", "tcp", "shm+tcp".
+const char* plan_transport(Plan plan);
 
 // A ring this rank is on, while it forms.
 struct RingPlan {
@@ -72,7 +85,7 @@ struct MUSTER_HIDDEN ProcessGroup::Impl {
   std::optional<int> env_local_rank, env_local_size;
   std::chrono::milliseconds timeout{};
   std::string prefix;
-  std::string transport = "none";
+  detail::Plan plan = detail::Plan::single;
 
   // rank 0 without an agent store hosts the store on a thread of its own.
   boost::asio::io_context store_io;
@@ -81,9 +94,11 @@ struct MUSTER_HIDDEN ProcessGroup::Impl {
   std::unique_ptr<store::Store> store;
   std::string local_host;  // this end's address on the store connection: how peers reach this host
 
+  // What the plan uses: shared_memory the segment; ring the flat ring;
+  // hierarchical all three.
   std::unique_ptr<detail::ShmNode> shm;
-  std::unique_ptr<detail::TcpRing> flat;   // every rank, in rank order (when nodes > 1)
-  std::unique_ptr<detail::TcpRing> cross;  // this local index on every node (hierarchical all_reduce)
+  std::unique_ptr<detail::Ring> flat;   // every rank, in rank order
+  std::unique_ptr<detail::Ring> cross;  // this local index on every node
 
   std::string broken;  // why the group failed; non-empty: every later call is refused with it
   bool destroyed = false;

@@ -39,6 +39,16 @@ namespace detail {
   throw Error(msg);
 }
 
+const char* plan_transport(Plan plan) {
+  switch (plan) {
+    case Plan::single: return "none";
+    case Plan::shared_memory: return "shm";
+    case Plan::ring: return "tcp";
+    case Plan::hierarchical: return "shm+tcp";
+  }
+  return "none";
+}
+
 std::string next_unnamed_group_name() { return "pg" + std::to_string(registry().unnamed_groups.fetch_add(1)); }
 
 }  // namespace detail
@@ -62,7 +72,7 @@ int ProcessGroup::local_size() const { return impl().env_local_size.value_or(imp
 int ProcessGroup::node_count() const { return impl().nodes; }
 int ProcessGroup::restart_count() const { return impl().restart; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl().timeout; }
-std::string ProcessGroup::transport() const { return impl().transport; }
+std::string ProcessGroup::transport() const { return detail::plan_transport(impl().plan); }
 
 void ProcessGroup::check_span_sizes(const char* what, std::size_t small, std::size_t big) const {
   if (big != small * static_cast<std::size_t>(size())) {
@@ -118,12 +128,12 @@ void ProcessGroup::all_reduce(void* data, std::size_t count, DataType type, Redu
   run_collective(g, describe("all_reduce", count, type), [&] {
     const int divisor = op == ReduceOp::avg ? g.world : 1;
     auto until = g.deadline();
-    if (g.world == 1) return;
-    if (g.shm) {
-      // cross is set when there are other nodes: hierarchical.
-      g.shm->all_reduce(data, count, type, op, divisor, g.cross.get(), until);
-    } else {
-      g.flat->all_reduce(data, count, type, op, divisor, until);
+    switch (g.plan) {
+      case detail::Plan::single: return;
+      case detail::Plan::shared_memory: return g.shm->all_reduce(data, count, type, op, divisor, until);
+      case detail::Plan::ring: return g.flat->all_reduce(data, count, type, op, divisor, until);
+      case detail::Plan::hierarchical:
+        return detail::hierarchical_all_reduce(*g.shm, *g.cross, data, count, type, op, divisor, until);
     }
   });
 }
@@ -136,11 +146,12 @@ void ProcessGroup::broadcast(void* data, std::size_t count, DataType type, int r
   }
   run_collective(g, describe("broadcast", count, type), [&] {
     auto until = g.deadline();
-    if (g.world == 1) return;
-    if (g.nodes == 1) {
-      g.shm->broadcast(data, count * element_size(type), root, until);
-    } else {
-      g.flat->broadcast(data, count * element_size(type), root, until);
+    const std::size_t bytes = count * element_size(type);
+    switch (g.plan) {
+      case detail::Plan::single: return;
+      case detail::Plan::shared_memory: return g.shm->broadcast(data, bytes, root, until);
+      case detail::Plan::ring:
+      case detail::Plan::hierarchical: return g.flat->broadcast(data, bytes, root, until);
     }
   });
 }
@@ -152,13 +163,10 @@ void ProcessGroup::all_gather(const void* in, void* out, std::size_t count, Data
   run_collective(g, describe("all_gather", count, type), [&] {
     const std::size_t bytes = count * element_size(type);
     auto until = g.deadline();
-    if (g.nodes == 1 && g.world > 1) {
-      g.shm->all_gather(in, out, bytes, until);
-      return;
-    }
+    if (g.plan == detail::Plan::shared_memory) return g.shm->all_gather(in, out, bytes, until);
     char* o = static_cast<char*>(out);
     if (bytes > 0) std::memmove(o + g.rank * bytes, in, bytes);
-    if (g.world > 1 && bytes > 0) g.flat->all_gather_in_place(out, bytes, until);
+    if (g.plan != detail::Plan::single && bytes > 0) g.flat->all_gather_in_place(out, bytes, until);
   });
 }
 
@@ -169,16 +177,13 @@ void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, 
   run_collective(g, describe("reduce_scatter", count, type), [&] {
     auto until = g.deadline();
     const int divisor = op == ReduceOp::avg ? g.world : 1;
-    if (g.world == 1) {
+    if (g.plan == detail::Plan::single) {
       if (count > 0) std::memmove(out, in, count * element_size(type));
       return;
     }
     if (count == 0) return;
-    if (g.nodes == 1) {
-      g.shm->reduce_scatter(in, out, count, type, op, until);
-    } else {
-      g.flat->reduce_scatter(in, out, count, type, op, divisor, until);
-    }
+    if (g.plan == detail::Plan::shared_memory) return g.shm->reduce_scatter(in, out, count, type, op, until);
+    g.flat->reduce_scatter(in, out, count, type, op, divisor, until);
   });
 }
 
@@ -186,11 +191,11 @@ void ProcessGroup::barrier() {
   auto& g = impl();
   run_collective(g, "barrier", [&] {
     auto until = g.deadline();
-    if (g.world == 1) return;
-    if (g.nodes == 1) {
-      g.shm->barrier(until);
-    } else {
-      g.flat->barrier(until);
+    switch (g.plan) {
+      case detail::Plan::single: return;
+      case detail::Plan::shared_memory: return g.shm->barrier(until);
+      case detail::Plan::ring:
+      case detail::Plan::hierarchical: return g.flat->barrier(until);
     }
   });
 }

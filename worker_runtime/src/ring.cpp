@@ -1,12 +1,8 @@
 #include "ring.hpp"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "reduce.hpp"
 
@@ -17,65 +13,12 @@ namespace {
 constexpr std::size_t kMaxSegmentBytes = 4 << 20;
 // Reduce a received piece once this much of it has arrived.
 constexpr std::size_t kReduceGrain = 64 << 10;
-constexpr auto nothing = [](std::size_t) {};
+const std::function<void(std::size_t)> nothing;  // no work as bytes arrive
 }  // namespace
 
-TcpRing::TcpRing(std::vector<int> members, int position, net::UniqueFd next, net::UniqueFd prev)
-    : members_(std::move(members)), position_(position), next_(std::move(next)), prev_(std::move(prev)) {}
+Ring::Ring(std::unique_ptr<Link> link) : link_(std::move(link)) {}
 
-void TcpRing::shut() {
-  if (next_) ::shutdown(next_.get(), SHUT_RDWR);
-  if (prev_) ::shutdown(prev_.get(), SHUT_RDWR);
-}
-
-void TcpRing::peer_failed(bool sending, const std::string& why, const char* what) {
-  int peer = members_[mod(position_ + (sending ? 1 : -1))];
-  throw Error("the connection to rank " + std::to_string(peer) + " broke during " + what + " (" + why +
-              "): that rank exited or failed");
-}
-
-template <typename OnRecv>
-void TcpRing::exchange(const char* send, std::size_t send_len, char* recv, std::size_t recv_len, OnRecv&& on_recv,
-                       Clock::time_point deadline, const char* what) {
-  std::size_t sent = 0, got = 0;
-  while (sent < send_len || got < recv_len) {
-    // Try without waiting first: most calls find the socket ready.
-    bool progressed = false;
-    if (sent < send_len) {
-      ssize_t n = ::send(next_.get(), send + sent, send_len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<std::size_t>(n);
-        progressed = true;
-      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        peer_failed(true, std::strerror(errno), what);
-      }
-    }
-    if (got < recv_len) {
-      ssize_t n = ::recv(prev_.get(), recv + got, recv_len - got, MSG_DONTWAIT);
-      if (n > 0) {
-        got += static_cast<std::size_t>(n);
-        on_recv(got);
-        progressed = true;
-      } else if (n == 0) {
-        peer_failed(false, "end of stream", what);
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        peer_failed(false, std::strerror(errno), what);
-      }
-    }
-    if (progressed) continue;
-    auto now = Clock::now();
-    if (now >= deadline) throw TimeoutError(std::string("waiting for the ring's peers during ") + what);
-    pollfd fds[2];
-    int nfds = 0;
-    if (sent < send_len) fds[nfds++] = {next_.get(), POLLOUT, 0};
-    if (got < recv_len) fds[nfds++] = {prev_.get(), POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    int rc = ::poll(fds, nfds, static_cast<int>(std::max<long long>(1, left)));
-    if (rc < 0 && errno != EINTR) throw Error(std::string("poll failed during ") + what + ": " + std::strerror(errno));
-  }
-}
-
-void TcpRing::send_and_reduce(const char* send, std::size_t send_count, char* target, std::size_t recv_count,
+void Ring::send_and_reduce(const char* send, std::size_t send_count, char* target, std::size_t recv_count,
                               DataType type, ReduceOp op, Clock::time_point deadline, const char* what) {
   const std::size_t es = element_size(type);
   if (scratch_.size() < recv_count * es) scratch_.resize(recv_count * es);
@@ -88,10 +31,10 @@ void TcpRing::send_and_reduce(const char* send, std::size_t send_count, char* ta
       reduced = ready;
     }
   };
-  exchange(send, send_count * es, scratch_.data(), recv_count * es, on_recv, deadline, what);
+  link_->exchange(send, send_count * es, scratch_.data(), recv_count * es, on_recv, deadline, what);
 }
 
-std::pair<std::size_t, std::size_t> TcpRing::segment(std::size_t count, int k) const {
+std::pair<std::size_t, std::size_t> Ring::segment(std::size_t count, int k) const {
   std::size_t n = static_cast<std::size_t>(size());
   std::size_t base = count / n, rem = count % n;
   std::size_t kk = static_cast<std::size_t>(k);
@@ -99,7 +42,7 @@ std::pair<std::size_t, std::size_t> TcpRing::segment(std::size_t count, int k) c
   return {start, base + (kk < rem ? 1 : 0)};
 }
 
-void TcpRing::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor,
+void Ring::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor,
                          Clock::time_point deadline) {
   const std::size_t es = element_size(type);
   const int n = size();
@@ -114,31 +57,31 @@ void TcpRing::all_reduce(void* data, std::size_t count, DataType type, ReduceOp 
     char* buf = all + off * es;
     // Reduce-scatter: after n-1 steps, segment position+1 is complete here.
     for (int s = 0; s < n - 1; ++s) {
-      auto [so, sl] = segment(len, mod(position_ - s));
-      auto [ro, rl] = segment(len, mod(position_ - s - 1));
+      auto [so, sl] = segment(len, mod(position() - s));
+      auto [ro, rl] = segment(len, mod(position() - s - 1));
       send_and_reduce(buf + so * es, sl, buf + ro * es, rl, type, op, deadline, "all_reduce");
     }
-    auto [oo, ol] = segment(len, mod(position_ + 1));
+    auto [oo, ol] = segment(len, mod(position() + 1));
     finish(type, op, buf + oo * es, ol, divisor);
     // All-gather the complete segments.
     for (int s = 0; s < n - 1; ++s) {
-      auto [so, sl] = segment(len, mod(position_ + 1 - s));
-      auto [ro, rl] = segment(len, mod(position_ - s));
-      exchange(buf + so * es, sl * es, buf + ro * es, rl * es, nothing, deadline, "all_reduce");
+      auto [so, sl] = segment(len, mod(position() + 1 - s));
+      auto [ro, rl] = segment(len, mod(position() - s));
+      link_->exchange(buf + so * es, sl * es, buf + ro * es, rl * es, nothing, deadline, "all_reduce");
     }
   }
 }
 
-void TcpRing::all_gather_in_place(void* out, std::size_t bytes, Clock::time_point deadline) {
+void Ring::all_gather_in_place(void* out, std::size_t bytes, Clock::time_point deadline) {
   char* o = static_cast<char*>(out);
   const int n = size();
   for (int s = 0; s < n - 1; ++s) {
-    int sb = mod(position_ - s), rb = mod(position_ - s - 1);
-    exchange(o + sb * bytes, bytes, o + rb * bytes, bytes, nothing, deadline, "all_gather");
+    int sb = mod(position() - s), rb = mod(position() - s - 1);
+    link_->exchange(o + sb * bytes, bytes, o + rb * bytes, bytes, nothing, deadline, "all_gather");
   }
 }
 
-void TcpRing::reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op, int divisor,
+void Ring::reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op, int divisor,
                              Clock::time_point deadline) {
   const std::size_t es = element_size(type);
   const int n = size();
@@ -147,29 +90,29 @@ void TcpRing::reduce_scatter(const void* in, void* out, std::size_t count, DataT
   // The same schedule as all_reduce's first half, shifted by one so that this
   // rank ends with its own block.
   for (int s = 0; s < n - 1; ++s) {
-    int sb = mod(position_ - s - 1), rb = mod(position_ - s - 2);
+    int sb = mod(position() - s - 1), rb = mod(position() - s - 2);
     send_and_reduce(work.data() + sb * block, count, work.data() + rb * block, count, type, op, deadline,
                     "reduce_scatter");
   }
-  char* mine = work.data() + position_ * block;
+  char* mine = work.data() + position() * block;
   finish(type, op, mine, count, divisor);
   std::memcpy(out, mine, block);
 }
 
-void TcpRing::broadcast(void* data, std::size_t bytes, int root, Clock::time_point deadline) {
+void Ring::broadcast(void* data, std::size_t bytes, int root, Clock::time_point deadline) {
   char* p = static_cast<char*>(data);
-  const bool last = mod(position_ + 1) == root;
+  const bool last = mod(position() + 1) == root;
   for (std::size_t off = 0; off < bytes; off += kMaxSegmentBytes) {
     std::size_t len = std::min(kMaxSegmentBytes, bytes - off);
-    if (position_ != root) exchange(nullptr, 0, p + off, len, nothing, deadline, "broadcast");
-    if (!last) exchange(p + off, len, nullptr, 0, nothing, deadline, "broadcast");
+    if (position() != root) link_->exchange(nullptr, 0, p + off, len, nothing, deadline, "broadcast");
+    if (!last) link_->exchange(p + off, len, nullptr, 0, nothing, deadline, "broadcast");
   }
 }
 
-void TcpRing::barrier(Clock::time_point deadline) {
+void Ring::barrier(Clock::time_point deadline) {
   // Everyone's token has to come round: nobody leaves before all arrived.
   std::vector<int32_t> tokens(size(), 0);
-  tokens[position_] = 1;
+  tokens[position()] = 1;
   all_gather_in_place(tokens.data(), sizeof(int32_t), deadline);
 }
 

@@ -15,7 +15,6 @@
 #include <cstring>
 
 #include "reduce.hpp"
-#include "ring.hpp"
 
 namespace muster::detail {
 namespace {
@@ -165,8 +164,8 @@ void ShmNode::wait_done(uint64_t step, Clock::time_point deadline, const char* w
   wait_all(&ShmNode::done, step, deadline, what);
 }
 
-void ShmNode::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor, TcpRing* cross,
-                         Clock::time_point deadline) {
+void ShmNode::all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor,
+                         Clock::time_point deadline, const ShareStep& across) {
   const std::size_t es = element_size(type);
   const std::size_t chunk = slot_bytes_ / es;
   char* bytes = static_cast<char*>(data);
@@ -174,7 +173,7 @@ void ShmNode::all_reduce(void* data, std::size_t count, DataType type, ReduceOp 
     const std::size_t n = std::min(chunk, count - off);
     const uint64_t step = ++step_;
     char* mine = bytes + off * es;
-    if (cross == nullptr && n * es <= kOnePhaseBytes) {
+    if (!across && n * es <= kOnePhaseBytes) {
       // Small: every rank reduces the whole chunk, in the same order (equal
       // results everywhere), with one wait instead of two.
       std::memcpy(slot(step, local_rank_), mine, n * es);
@@ -202,14 +201,14 @@ void ShmNode::all_reduce(void* data, std::size_t count, DataType type, ReduceOp 
       for (int j = 0; j < local_size_; ++j) {
         if (j != local_rank_) combine(type, op, acc, acc, slot(step, j) + lo * es, hi - lo);
       }
-      if (cross != nullptr) {
-        cross->all_reduce(acc, hi - lo, type, op, divisor, deadline);
+      if (across) {
+        across(acc, hi - lo);
       } else {
         finish(type, op, acc, hi - lo, divisor);
       }
       std::memcpy(own + lo * es, acc, (hi - lo) * es);  // the result, for the peers
-    } else if (cross != nullptr) {
-      cross->all_reduce(nullptr, 0, type, op, divisor, deadline);
+    } else if (across) {
+      across(nullptr, 0);  // an empty share still takes its turn across the nodes
     }
     mark_done(step);
     wait_done(step, deadline, "reduce their share of all_reduce");

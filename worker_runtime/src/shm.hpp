@@ -20,8 +20,6 @@
 
 namespace muster::detail {
 
-class TcpRing;
-
 class ShmNode {
  public:
   // Segment size: header, 2 * local_size counter lines, 2 banks of slots.
@@ -36,11 +34,14 @@ class ShmNode {
 
   static void unlink(const std::string& name);
 
-  // The collectives among this node's ranks. all_reduce with a cross ring is
-  // the hierarchical one: each local rank's share of a chunk, reduced on the
-  // node, is all-reduced with the same share on the other nodes.
-  void all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor, TcpRing* cross,
-                  Clock::time_point deadline);
+  // What becomes of this rank's share of a chunk once the node has reduced
+  // it, in place (count elements): the hierarchical all-reduce reduces it
+  // across nodes here (hierarchical.hpp). Empty: the node is the whole group,
+  // and the share is final once averaged.
+  using ShareStep = std::function<void(char* share, std::size_t count)>;
+  // The collectives among this node's ranks.
+  void all_reduce(void* data, std::size_t count, DataType type, ReduceOp op, int divisor, Clock::time_point deadline,
+                  const ShareStep& across = {});
   void broadcast(void* data, std::size_t bytes, int root, Clock::time_point deadline);
   void all_gather(const void* in, void* out, std::size_t bytes, Clock::time_point deadline);
   void reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op,
