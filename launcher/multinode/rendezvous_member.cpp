@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -35,7 +36,15 @@ std::string instance_id() {
   return out;
 }
 
+std::atomic<MemberClock::rep> member_clock_offset{0};  // MemberClock::advance's
+
 }  // namespace
+
+MemberClock::time_point MemberClock::now() noexcept {
+  return std::chrono::steady_clock::now() + duration(member_clock_offset.load(std::memory_order_relaxed));
+}
+
+void MemberClock::advance(duration d) noexcept { member_clock_offset.fetch_add(d.count(), std::memory_order_relaxed); }
 
 MemberSettings member_settings(const LaunchConfig& cfg) {
   const bool is_static = cfg.rdzv_backend == "static";
@@ -94,7 +103,7 @@ void RendezvousMember::start() {
 bool RendezvousMember::shutting_down() const { return left_ || core_.stopped_by_signal(); }
 
 bool RendezvousMember::within_stale_connection_window() {
-  auto now = std::chrono::steady_clock::now();
+  auto now = MemberClock::now();
   if (!already_exists_since_) already_exists_since_ = now;
   // Twice the window: the server drops the old member at the latest one
   // window after it last heard it, which was before this agent reconnected.
@@ -105,7 +114,7 @@ bool RendezvousMember::within_stale_connection_window() {
 void RendezvousMember::on_connected() {
   if (left_) return;
   reconnecting_ = false;
-  last_heard_ = std::chrono::steady_clock::now();
+  last_heard_ = MemberClock::now();
   heard_on_connection_ = false;
   // The lease is not renewed here: a connection proves nothing until the
   // rendezvous answers (an ack, or the assign or resumed that the join sent
@@ -143,7 +152,7 @@ void RendezvousMember::send_join() {
   m.request.known_round = known_round_;
   m.request.known_restart_count = known_restart_count_;
   join_pending_ = true;
-  last_progress_note_ = join_sent_at_ = std::chrono::steady_clock::now();
+  last_progress_note_ = join_sent_at_ = MemberClock::now();
   rdzv_->send(rendezvous::to_json(m));
   log::info("[" + id_.role + "] joining the rendezvous of job '" + id_.job + "' at " + rdzv_->address() +
             " as node " + name_);
@@ -160,7 +169,7 @@ void RendezvousMember::send_resume() {
   r.outcome = outcome_.value_or(rendezvous::Resume::Outcome::running);
   r.failure = outcome_failure_;
   m.request.resume = r;
-  join_sent_at_ = std::chrono::steady_clock::now();
+  join_sent_at_ = MemberClock::now();
   rdzv_->send(rendezvous::to_json(m));
   log::info("[" + id_.role + "] resuming round " + std::to_string(a.round) + " of job '" + id_.job + "' at " +
             rdzv_->address() + " as group rank " + std::to_string(a.group_rank));
@@ -178,7 +187,7 @@ void RendezvousMember::heartbeat_loop() {
     if (left_) return;
     // A rendezvous that accepts bytes and never answers (stopped, stuck)
     // would leave a waiting node waiting for ever: its kernel still ACKs.
-    auto now = std::chrono::steady_clock::now();
+    auto now = MemberClock::now();
     if (join_pending_ && !assignment_ && rdzv_->connected()) {
       if (now - last_heard_ >= settings_.reconnect_timeout) {
         return on_error(Status(Code::unavailable, silence_text(now - last_heard_) + "; gave up after " +
@@ -198,7 +207,7 @@ void RendezvousMember::heartbeat_loop() {
       rendezvous::HeartbeatMessage beat;
       beat.seq = ++heartbeat_seq_;
       beat.progress = join_pending_;
-      lease_.sent(*beat.seq, std::chrono::steady_clock::now());
+      lease_.sent(*beat.seq, MemberClock::now());
       rdzv_->send(rendezvous::heartbeat_message(beat));
     }
     heartbeat_loop();
@@ -226,7 +235,7 @@ void RendezvousMember::arm_lease_timer() {
 
 void RendezvousMember::check_lease() {
   if (left_ || !assignment_ || !core_.holds_workers()) return;
-  if (!lease_.lapsed(std::chrono::steady_clock::now())) return;
+  if (!lease_.lapsed(MemberClock::now())) return;
   fence("no heartbeat of this node was acknowledged for " + seconds_text(lease_.dead_after()) +
         " (keep_alive_interval x keep_alive_max_attempt), so the rendezvous counts it gone");
   if (left_) return;
@@ -254,7 +263,7 @@ void RendezvousMember::on_message(const json& raw) {
                                                decoded.status().message()));
   }
   const auto& m = decoded.value();
-  last_heard_ = std::chrono::steady_clock::now();
+  last_heard_ = MemberClock::now();
   heard_on_connection_ = true;
   if (!std::holds_alternative<rendezvous::out::Reject>(m)) already_exists_since_.reset();
   std::visit([this](const auto& message) { handle(message); }, m);
@@ -289,7 +298,7 @@ void RendezvousMember::handle(const rendezvous::out::Resumed& res) {
 }
 
 void RendezvousMember::handle(const rendezvous::out::Waiting& w) {
-  auto now = std::chrono::steady_clock::now();
+  auto now = MemberClock::now();
   if (!join_pending_ || now - last_progress_note_ < kWaitingNoteEvery) return;
   last_progress_note_ = now;
   log::warning("[" + id_.role + "] waiting for the rendezvous of job '" + id_.job + "' at " + rdzv_->address() +
@@ -367,10 +376,10 @@ void RendezvousMember::on_lost(const Status& st) {
   log::warning("[" + id_.role + "] " + st.message() +
                "; the workers keep running while this node reconnects (for up to " +
                seconds_text(settings_.reconnect_timeout) + ")");
-  auto started = std::chrono::steady_clock::now();
+  auto started = MemberClock::now();
   reconnecting_ = true;
   rdzv_->reconnect(settings_.reconnect_timeout, [this, started] {
-    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(MemberClock::now() - started);
     log::info("[" + id_.role + "] reconnected to the rendezvous at " + rdzv_->address() + " after " + seconds_text(took));
     on_connected();
   });

@@ -39,8 +39,8 @@
 //   from the send time of the latest acknowledged one.
 #pragma once
 
+#include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -55,6 +55,23 @@
 #include "muster/rendezvous/core.hpp"
 
 namespace muster::launcher {
+
+// The member's clock: the steady clock plus an offset that only a test moves
+// (advance()), so a test jumps over the member's windows (the lease,
+// reconnect_timeout, the notes every few seconds) instead of waiting them out
+// in real time on a loaded machine. Its time points are the steady clock's;
+// the member's timers wait on it too.
+struct MemberClock {
+  using duration = std::chrono::steady_clock::duration;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::steady_clock::time_point;
+  static constexpr bool is_steady = true;
+  static time_point now() noexcept;
+  // Tests only: every member's clock moves on by d, at once.
+  static void advance(duration d) noexcept;
+};
+using MemberTimer = boost::asio::basic_waitable_timer<MemberClock>;
 
 // What the member follows, from the command line and --rdzv-conf.
 struct MemberSettings {
@@ -169,9 +186,9 @@ class RendezvousMember {
   // What a waiting node says when the rendezvous is silent.
   std::string silence_text(std::chrono::steady_clock::duration silent) const;
   std::optional<std::chrono::steady_clock::time_point> already_exists_since_;
-  boost::asio::steady_timer heartbeat_timer_;
-  boost::asio::steady_timer lease_timer_;
-  boost::asio::steady_timer retry_timer_;
+  MemberTimer heartbeat_timer_;
+  MemberTimer lease_timer_;
+  MemberTimer retry_timer_;
 };
 
 }  // namespace muster::launcher

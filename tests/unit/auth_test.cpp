@@ -249,7 +249,7 @@ Outcome join_once(std::optional<auth::Key> server_key, std::optional<auth::Key> 
 
 }  // namespace
 
-TEST_CASE("auth: an agent with the server's key joins; without it or with another, it is refused") {
+TEST_CASE("auth: an agent with the server's key joins, and without it or with another it is refused") {
   auth::Key key(kKey);
   SECTION("both hold the key") {
     auto o = join_once(key, key);

@@ -460,7 +460,7 @@ TEST_CASE("a rebuilt round finishes as it would have, outcomes included", "[rdzv
   CHECK(fin[0].root_cause->pid == 4242);
 }
 
-TEST_CASE("a spare that reaches a restarted rendezvous first waits; the round is still rebuilt", "[rdzv][membership]") {
+TEST_CASE("a spare that reaches a restarted rendezvous first waits, and the round is still rebuilt", "[rdzv][membership]") {
   out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
   out::Assign a1{{2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0};
   Job job(settings(2, 2, 3));
@@ -596,7 +596,7 @@ TEST_CASE("timeouts near the clock's end saturate instead of wrapping", "[rendez
   CHECK(r.next_deadline().has_value());
 }
 
-TEST_CASE("every node of a job gives the same --nnodes and backend; a closed job says how it ended", "[rdzv]") {
+TEST_CASE("every node of a job gives the same --nnodes and backend, and a closed job says how it ended", "[rdzv]") {
   Settings s;
   s.min_nodes = 1;
   s.max_nodes = 2;

@@ -80,7 +80,7 @@ TEST_CASE("is_host overrides the guess either way, and must be a boolean", "[rdz
   CHECK_FALSE(not_here.hosting());
 }
 
-TEST_CASE("a port another agent serves is joined; with is_host=true it is an error", "[rdzv_host]") {
+TEST_CASE("a port another agent serves is joined, and with is_host=true it is an error", "[rdzv_host]") {
   boost::asio::io_context io;
   HeldPort held(io);
   RendezvousHost second(io, "job", std::nullopt);

@@ -41,6 +41,16 @@ MemberSettings settings(int nodes, int max_restarts, std::chrono::milliseconds k
   return s;
 }
 
+// Moves every member's clock on by d (MemberClock) and wakes the loop, so
+// the member's timers that are due by then fire now: Asio recomputes its wait
+// whenever a timer is set. Called from a handler, on the loop's thread.
+void jump(boost::asio::io_context& io, MemberClock::duration d) {
+  MemberClock::advance(d);
+  auto poke = std::make_shared<MemberTimer>(io);
+  poke->expires_after(std::chrono::milliseconds(0));
+  poke->async_wait([poke](const boost::system::error_code&) {});
+}
+
 // One node: a member and the core it reports to, one worker.
 struct Node {
   // How the worker of attempt N ends once started; nullopt: it runs until signalled.
@@ -57,6 +67,7 @@ struct Node {
     ev.assigned = [this](const rendezvous::out::Assign& a) {
       assigned.push_back(a);
       apply(core.on_assignment(a.restart_count));
+      if (on_assigned) on_assigned();
     };
     ev.restart = [this](bool counts_as_failure) {
       ++restarts;
@@ -118,6 +129,7 @@ struct Node {
   int signalled = 0;
   std::optional<int> finished;
   std::optional<Status> failed;
+  std::function<void()> on_assigned;
   std::optional<rendezvous::FailureInfo> root_cause;
   std::function<void()> on_finished;
 };
@@ -232,7 +244,7 @@ TEST_CASE("member: two nodes are assigned one round, with ranks of their own, an
   server.value()->close();
 }
 
-TEST_CASE("member: one node's failure re-forms the job; both rejoin the next round, which succeeds", "[member]") {
+TEST_CASE("member: one node's failure re-forms the job, and both rejoin the next round, which succeeds", "[member]") {
   boost::asio::io_context io;
   auto server = rendezvous::RendezvousServer::listen(io, "127.0.0.1", 0);
   REQUIRE(server.ok());
@@ -293,9 +305,12 @@ TEST_CASE("member: a lease that lapses while the workers run fences them, and th
     if (conn == 0 && m["type"] == "join") fake.send(0, FakeServer::assignment());
     if (fake.firsts.size() == 2) io.stop();
   };
-  // Dead after 2 x 100 ms without an acknowledged heartbeat.
-  Node n(io, fake.port(), "10.0.0.1", settings(1, 0, std::chrono::milliseconds(100), 2, std::chrono::seconds(30)),
+  // Dead after 2 x 10 s without an acknowledged heartbeat: the member's clock
+  // jumps over the window once the workers run.
+  Node n(io, fake.port(), "10.0.0.1", settings(1, 0, std::chrono::seconds(10), 2, std::chrono::seconds(60)),
          [](int) { return std::optional<ExitStatus>(); });
+  n.on_assigned = [&] { boost::asio::post(io, [&] { jump(io, std::chrono::seconds(21)); }); };
+  const auto started = std::chrono::steady_clock::now();
   n.member->start();
   io.run_for(kBound);
   CHECK(n.assigned.size() == 1);
@@ -308,9 +323,11 @@ TEST_CASE("member: a lease that lapses while the workers run fences them, and th
   REQUIRE(rejoin.ok());
   CHECK_FALSE(rejoin->request.resume);
   CHECK_FALSE(n.finished);
+  // Without waiting the window out in real time.
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(15));
 }
 
-TEST_CASE("member: a broken connection keeps the workers; the node resumes its place, saying how they ended",
+TEST_CASE("member: a broken connection keeps the workers, and the node resumes its place, saying how they ended",
           "[member]") {
   boost::asio::io_context io;
   FakeServer fake(io);
@@ -358,16 +375,22 @@ TEST_CASE("member: a rendezvous that takes the join and never answers is given u
           "[member]") {
   boost::asio::io_context io;
   FakeServer fake(io);  // answers nothing, not even the join
-  Node n(io, fake.port(), "10.0.0.1", settings(1, 0, std::chrono::milliseconds(100), 2, std::chrono::seconds(1)),
+  // reconnect_timeout 40 s, jumped over once the join is out.
+  Node n(io, fake.port(), "10.0.0.1", settings(1, 0, std::chrono::seconds(1), 2, std::chrono::seconds(40)),
          [](int) { return std::optional<ExitStatus>(); });
+  fake.on_message = [&](std::size_t, const json& m) {
+    if (m["type"] == "join") jump(io, std::chrono::seconds(41));
+  };
   n.on_finished = [&] { io.stop(); };
+  const auto started = std::chrono::steady_clock::now();
   n.member->start();
   io.run_for(kBound);
   REQUIRE(n.failed);
   // (The message names the join that went unanswered since the fix for a port another program holds.)
-  CHECK_THAT(n.failed->message(), Catch::Contains("has not answered the join of job 'job' for 1 s"));
+  CHECK_THAT(n.failed->message(), Catch::Contains("has not answered the join of job 'job' for 4"));
   CHECK_THAT(n.failed->message(), Catch::Contains("something other than a muster rendezvous seems to hold that port"));
-  CHECK_THAT(n.failed->message(), Catch::Contains("gave up after 1 s (--rdzv-conf reconnect_timeout)"));
+  CHECK_THAT(n.failed->message(), Catch::Contains("gave up after 40 s (--rdzv-conf reconnect_timeout)"));
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(20));
   CHECK(n.finished == 1);
   CHECK(n.assigned.empty());
 }

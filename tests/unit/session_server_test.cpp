@@ -38,7 +38,7 @@ bool run_until(boost::asio::io_context& io, Done done) {
 
 }  // namespace
 
-TEST_CASE("session server: accepted and adopted connections become sessions; close ends them all",
+TEST_CASE("session server: accepted and adopted connections become sessions, and close ends them all",
           "[session_server]") {
   boost::asio::io_context io;
   std::vector<std::shared_ptr<FakeSession>> made;

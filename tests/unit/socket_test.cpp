@@ -59,7 +59,7 @@ TEST_CASE("UniqueFd closes what it holds, once, and moves ownership", "[socket]"
   CHECK_FALSE(is_open(raw[0]));
 }
 
-TEST_CASE("listen_tcp picks a free port and connect_tcp reaches it; bytes go both ways", "[socket]") {
+TEST_CASE("listen_tcp picks a free port and connect_tcp reaches it, and bytes go both ways", "[socket]") {
   auto p = connected_pair();
   CHECK(p.listener.port > 0);
   CHECK(net::bound_port(p.listener.fd.get()) == p.listener.port);

@@ -266,7 +266,7 @@ TEST_CASE("ADD and BARRIER wrap around instead of overflowing", "[store][hardeni
   CHECK(h.state.pending_waits() == 1);  // INT64_MIN is below 2: the barrier waits
 }
 
-TEST_CASE("a connection's watches and waits are capped; a watch is registered once", "[store][hardening]") {
+TEST_CASE("a connection's watches and waits are capped, and a watch is registered once", "[store][hardening]") {
   Harness h;
   REQUIRE(h.run(1, req(Op::watch_key, {"w"})));
   REQUIRE(h.run(1, req(Op::watch_key, {"w"})));
