@@ -115,16 +115,23 @@ TEST_CASE("the launch planner lays out an attempt: folders, argv, environment, w
 TEST_CASE("the supervisor reports how each worker ended, and signals the ones still running", "[parts]") {
   boost::asio::io_context io;
   std::vector<WorkerExit> exits;
+  bool second_runs = false;
+  // Once the first has ended by itself and the second is known to run: stop what still runs.
+  Supervisor* supervisor = nullptr;
+  auto maybe_stop = [&] {
+    if (second_runs && exits.size() == 1) boost::asio::post(io, [&] { supervisor->signal_all(SIGTERM); });
+  };
   Supervisor sup(io, [&](const WorkerExit& e) {
     exits.push_back(e);
     if (exits.size() == 2) io.stop();
+    maybe_stop();
   });
-  std::vector<int> pids_seen;
+  supervisor = &sup;
   sup.on_worker_pid([&](int local_rank, pid_t pid) {
-    pids_seen.push_back(local_rank);
     CHECK(pid > 0);
-    // Once the one that runs until stopped is known to run: stop it.
-    if (local_rank == 1) boost::asio::post(io, [&] { sup.signal_all(SIGTERM); });
+    if (local_rank != 1) return;
+    second_runs = true;
+    maybe_stop();
   });
   auto launch = [](int local_rank, std::string script) {
     WorkerLaunch w;
