@@ -186,6 +186,7 @@ Status choose_rendezvous(const ParsedArgs& args, const HostFacts& host, LaunchCo
   std::string endpoint = get(args, "rdzv_endpoint");
   std::string run_id = get(args, "rdzv_id");
   cfg.standalone = flag(args, "standalone");
+  bool private_rendezvous = cfg.standalone;
   if (cfg.standalone) {
     backend = "c10d";
     endpoint = "localhost:0";
@@ -194,6 +195,7 @@ Status choose_rendezvous(const ParsedArgs& args, const HostFacts& host, LaunchCo
     run_id = std::move(id.value());
   } else if (backend == "static" && endpoint.empty() && !has(args, "master_port") && cfg.max_nodes == 1) {
     // A plain single-node launch gets a private rendezvous on a free port, as torchrun does.
+    private_rendezvous = true;
     backend = "c10d";
     endpoint = "localhost:0";
     auto id = fresh_run_id(host);
@@ -223,6 +225,9 @@ Status choose_rendezvous(const ParsedArgs& args, const HostFacts& host, LaunchCo
   }
 
   cfg.rdzv_endpoint = endpoint;  // the static backend's default comes with the node rank
+  // One node of c10d at an endpoint the user named contacts it, as torchrun
+  // does: the job shows in musterd, and a port held by something else is said.
+  cfg.coordinated = cfg.max_nodes > 1 || (backend == "c10d" && !private_rendezvous && !endpoint.empty());
   return {};
 }
 

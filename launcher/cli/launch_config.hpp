@@ -25,6 +25,11 @@ struct LaunchConfig {
   std::map<std::string, std::string> rdzv_conf;  // "timeout" always present, as in torchrun
   RendezvousOptions rdzv;                         // the keys muster reads, resolved
   bool standalone = false;
+  // The job runs through a rendezvous (a multi-node job, or a c10d one whose
+  // endpoint the user gave, even for one node, as torchrun contacts it);
+  // false: one node forms its group alone (--standalone, a plain one-node
+  // launch, the static backend of one node, a one-node Slurm step).
+  bool coordinated = false;
   int max_restarts = 0;
   double monitor_interval = 0.1;
   std::string event_log_handler = "null";  // null, console, dynamic_rendezvous

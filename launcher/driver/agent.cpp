@@ -30,7 +30,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
       signals_(signals),
       cfg_(std::move(cfg)),
       env_(std::move(env)),
-      core_(cfg_.nproc_per_node, cfg_.max_restarts, cfg_.max_nodes > 1),
+      core_(cfg_.nproc_per_node, cfg_.max_restarts, cfg_.coordinated),
       writer_(io,
               [](const std::string& sink, int error) {
                 log::error("cannot write to " + sink + ": " + std::strerror(error) +
@@ -50,7 +50,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
                                           cfg_.worker_timeout, cfg_.one_report_per_job},
                 [this](const std::string& text) { say(text); }),
       events_(cfg_, env_, host_, [this](const std::string& text) { say(text); }),
-      store_host_(io, cfg_.max_nodes > 1 ? StoreHost::Emptying::by_rounds : StoreHost::Emptying::each_attempt) {
+      store_host_(io, cfg_.coordinated ? StoreHost::Emptying::by_rounds : StoreHost::Emptying::each_attempt) {
   supervisor_.on_worker_pid([this](int, pid_t) { events_.pid_known(); });
   if (cfg_.worker_timeout.count() > 0) {
     worker_timeout_ = std::make_unique<WorkerTimeout>(

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -134,6 +135,40 @@ def test_musterctl_asks_an_agent_hosted_rendezvous(tmp_path):
     release.touch()
     for rc, _, err in finish(job):
         assert rc == 0, err
+
+
+def test_one_node_of_c10d_at_a_given_endpoint_contacts_it(tmp_path, keyed):
+    # As torchrun does: --nnodes=1 with c10d and an endpoint joins the rendezvous there,
+    # so the job shows in musterd (not a private one-node group).
+    endpoint, _, key = keyed
+    release = tmp_path / "release"
+    solo = start_muster(["--nnodes=1", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                         "--rdzv-id=solo", f"--rdzv-conf={FAST}", "--local-addr=127.0.0.1", f"--auth-key-file={key}",
+                         WORKER, str(tmp_path), "--until-file", str(release)])
+    assert wait_for(lambda: len(list(tmp_path.glob("*.json"))) == 1, 60 * SLACK)
+    row = [line.split() for line in ctl(endpoint, "jobs", key=key).stdout.splitlines() if line.startswith("solo ")]
+    assert row and row[0][:5] == ["solo", "running", "1", "1", "1"], row
+    release.touch()
+    for rc, _, err in finish([solo]):
+        assert rc == 0, err
+    assert wait_for(lambda: re.search(r"^solo\s+succeeded\s", ctl(endpoint, "jobs", key=key).stdout, re.M),
+                    30 * SLACK)
+
+
+def test_one_node_of_c10d_says_when_something_else_holds_the_endpoint(tmp_path):
+    # A program that takes the connection and says nothing: the agent says so, and gives up.
+    with socket.create_server(("127.0.0.1", 0)) as foreign:
+        port = foreign.getsockname()[1]
+        taken = []
+        t = threading.Thread(target=lambda: taken.append(foreign.accept()), daemon=True)
+        t.start()
+        r = run_muster(["--nnodes=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=lost",
+                        "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=2,reconnect_timeout=3",
+                        "--no-python", "/bin/true"], timeout=120 * SLACK)
+    assert r.returncode == 1, r.stderr
+    assert taken, "the agent never contacted the endpoint"
+    assert "something other than a muster rendezvous seems to hold that port" in r.stderr, r.stderr[-3000:]
+    assert "gave up after 3 s (--rdzv-conf reconnect_timeout)" in r.stderr, r.stderr[-3000:]
 
 
 def test_musterctl_says_when_nothing_answers():
