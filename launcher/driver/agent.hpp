@@ -33,6 +33,7 @@
 #include "rendezvous_host.hpp"
 #include "rendezvous_member.hpp"
 #include "signal_source.hpp"
+#include "stack_dump.hpp"
 #include "store_host.hpp"
 #include "supervisor.hpp"
 #include "worker_env.hpp"
@@ -69,6 +70,12 @@ class Agent {
   void start_workers(int restart_count);
   void on_worker_exit(const WorkerExit& e);
   void on_workers_silent(const std::vector<ProgressWatch::Silent>& silent);
+  void kill_hung(const std::vector<ProgressWatch::Silent>& silent);
+  // The hung-worker paths: every worker's Python stacks first (when py-spy is
+  // there), then `then` (the kill), on the loop.
+  void open_stack_dump();
+  void take_stacks_then(std::function<void()> then);
+  void record_stacks(const std::vector<StackDump::Stack>& stacks);
   void finish();
   // Multi-node jobs (agent_rendezvous.cpp): the rendezvous's events.
   int run_coordinated();
@@ -99,6 +106,10 @@ class Agent {
   std::chrono::steady_clock::time_point rendezvous_began_{};  // one node: when the attempt's "rendezvous" began
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;
+  std::unique_ptr<StackDump> stacks_;  // with a watchdog: py-spy, or none
+  std::string attempt_dir_;            // the current attempt's log folder ("" without one)
+  std::string stacks_where_;           // where the last stacks went, for the final report
+  bool stacks_hint_said_ = false;      // "install py-spy", once
 
   // Multi-node state.
   std::unique_ptr<RendezvousHost> rdzv_host_;

@@ -82,6 +82,7 @@ Status Agent::setup_rendezvous() {
 int Agent::run_coordinated() {
   if (auto st = setup_rendezvous(); !st.ok()) return fail_start_up(st);
   events_.set_executable(planner_.executable_path());
+  open_stack_dump();
   io_.poll();  // a signal during start-up ends the run before anything starts
   if (!finished()) {
     member_->start();

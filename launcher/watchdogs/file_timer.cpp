@@ -285,7 +285,7 @@ int expired_timer_owner(pid_t pid, pid_t sid, const std::vector<std::pair<int, p
   return -1;
 }
 
-void enforce_expired_timer(const ExpiredWorker& w, const std::vector<std::pair<int, pid_t>>& running) {
+std::optional<TimerKill> claim_expired_timer(const ExpiredWorker& w, const std::vector<std::pair<int, pid_t>>& running) {
   // The first scopes, printable: a scope is whatever a worker wrote.
   std::string scopes;
   constexpr std::size_t kScopesShown = 8;
@@ -298,16 +298,21 @@ void enforce_expired_timer(const ExpiredWorker& w, const std::vector<std::pair<i
   const std::string timer = "worker watchdog: timer (" + scopes + ") of pid " + std::to_string(w.pid);
   if (local_rank < 0) {
     if (w.signal > 0) log::warning(timer + " expired, but that process is none of this agent's workers; not signalled");
-    return;
+    return std::nullopt;
   }
-  const std::string who = timer + " (local_rank " + std::to_string(local_rank) + ") expired";
   if (w.signal <= 0) {
-    log::warning(who + "; it asked not to be killed");
-    return;
+    log::warning(timer + " (local_rank " + std::to_string(local_rank) + ") expired; it asked not to be killed");
+    return std::nullopt;
   }
+  return TimerKill{w, local_rank, std::move(scopes), std::move(pidfd)};
+}
+
+void send_timer_signal(const TimerKill& kill) {
+  const ExpiredWorker& w = kill.worker;
   std::string name = signal_name(w.signal);
-  log::warning(who + "; sending " + (name.empty() ? std::to_string(w.signal) : name));
-  if (syscall(SYS_pidfd_send_signal, pidfd.get(), w.signal, nullptr, 0) != 0 && errno != ESRCH) {
+  log::warning("worker watchdog: timer (" + kill.scopes + ") of pid " + std::to_string(w.pid) + " (local_rank " +
+               std::to_string(kill.local_rank) + ") expired; sending " + (name.empty() ? std::to_string(w.signal) : name));
+  if (syscall(SYS_pidfd_send_signal, kill.pidfd.get(), w.signal, nullptr, 0) != 0 && errno != ESRCH) {
     log::error("worker watchdog: cannot signal pid " + std::to_string(w.pid) + ": " + std::strerror(errno));
   }
 }

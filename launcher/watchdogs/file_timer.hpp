@@ -96,12 +96,20 @@ class FileTimerTable {
 // -1 when pid is none of running's (local rank, pid), which is then ignored.
 int expired_timer_owner(pid_t pid, pid_t sid, const std::vector<std::pair<int, pid_t>>& running);
 
-// The file timer's rule, carried out: a worker's expired timer sends it the
-// signal it asked for, logged; a pid that is none of `running`'s workers is
-// left alone (and said so when it asked for a signal). The process is held by
-// a pidfd from the check to the signal, so a pid reused in between is never
-// signalled.
-void enforce_expired_timer(const ExpiredWorker& w, const std::vector<std::pair<int, pid_t>>& running);
+// The file timer's rule, in two steps so the workers' stacks can be taken in
+// between: claim_expired_timer() finds whose timer it is and holds that
+// process by a pidfd (so a pid reused in between is never signalled); a pid
+// that is none of `running`'s workers is left alone, and a timer without a
+// signal only said (both logged): nullopt. send_timer_signal() then sends the
+// signal the worker asked for, logged.
+struct TimerKill {
+  ExpiredWorker worker;
+  int local_rank = -1;
+  std::string scopes;  // printable, for the log
+  net::UniqueFd pidfd;
+};
+std::optional<TimerKill> claim_expired_timer(const ExpiredWorker& w, const std::vector<std::pair<int, pid_t>>& running);
+void send_timer_signal(const TimerKill& kill);
 
 class FileTimerServer {
  public:

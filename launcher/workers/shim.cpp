@@ -264,9 +264,14 @@ void say_failure(const char* what, const char* detail, const char* after, int er
   write_fully(STDERR_FILENO, msg, static_cast<std::size_t>(p - msg));
 }
 
-[[noreturn]] void exec_worker(const PreparedShim& shim, int signal_fd, pid_t shim_pid) {
+[[noreturn]] void exec_worker(const PreparedShim& shim, int signal_fd, pid_t shim_pid, pid_t agent_pid) {
   // A session of its own: the worker's PGID is its PID, as under torchrun.
   setsid();
+  // Where Yama restricts ptrace (ptrace_scope=1) only an ancestor may attach,
+  // and the agent is the worker's grandparent through the shim: name it, so
+  // the agent's py-spy can take the stacks of a hung worker (stack_dump.hpp).
+  // Without Yama this fails with EINVAL, and nothing is needed.
+  prctl(PR_SET_PTRACER, agent_pid, 0, 0, 0);
   // Should the shim itself be killed (an outside SIGKILL, the OOM killer),
   // the worker goes with it rather than living on unsupervised.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -297,6 +302,7 @@ void run_shim(const PreparedShim& shim) {
   // The shim never logs: the agent's log writer is a thread this copy does
   // not have, and its queue takes the heap.
   const ShimSpec& spec = shim.spec;
+  const pid_t agent_pid = getppid();
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     signal(sig, SIG_DFL);
@@ -329,7 +335,7 @@ void run_shim(const PreparedShim& shim) {
     say_failure("muster: cannot start a worker process", "", "", errno);
     _exit(1);
   }
-  if (worker == 0) exec_worker(shim, sfd, shim_pid);
+  if (worker == 0) exec_worker(shim, sfd, shim_pid, agent_pid);
 
   int32_t pid32 = worker;
   write_fully(kControlFd, reinterpret_cast<const char*>(&pid32), sizeof pid32);

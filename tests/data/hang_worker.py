@@ -2,6 +2,9 @@
   hang:    on the first attempt, local rank 1 says it started and then goes
            silent (no output, no store request) until killed; every other
            worker, and every worker of a later attempt, exits 0 at once.
+  deep:    as hang, silent inside a function named muster_test_hung_here
+           (for the stacks the agent takes); the others wait for it in
+           muster_test_peer_waits, printing a line every 0.2 s, until stopped.
   chatty:  prints a line every 0.2 s for <seconds>, then exits 0.
   store:   silent on stdout and stderr; asks the job's store (MASTER_ADDR:
            MASTER_PORT, torch's TCPStore protocol, one connection this process
@@ -32,6 +35,23 @@ if mode == "hang":
         print(f"rank {rank} started", flush=True)
         time.sleep(120)  # the agent kills it long before
         sys.exit(3)
+    sys.exit(0)
+
+if mode == "deep":
+    def muster_test_hung_here():
+        time.sleep(120)  # the agent kills it long before
+
+    def muster_test_peer_waits():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            print(f"rank {rank} waits", flush=True)
+            time.sleep(0.2)
+
+    if attempt == 0 and local_rank == 1:
+        print(f"rank {rank} started", flush=True)
+        muster_test_hung_here()
+    elif attempt == 0:
+        muster_test_peer_waits()
     sys.exit(0)
 
 if mode == "chatty":

@@ -45,6 +45,39 @@ def test_with_no_restarts_left_the_report_says_it_hung(tmp_path):
     assert re.search(r"traceback : hung: no progress for [\d.]+ s \(--worker-timeout [\d.]+ s\), killed by muster", root), root
 
 
+def test_the_stacks_of_every_worker_are_taken_before_the_kill(tmp_path):
+    # py-spy (installed by scripts/install-deps.sh in the project's environment, beside the
+    # workers' Python) dumps every local worker: the hung one and the one that waits for it.
+    logs = tmp_path / "logs"
+    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={QUICK}", f"--log-dir={logs}", WORKER, str(tmp_path),
+                    "deep"], timeout=120 * SLACK)
+    assert r.returncode == 1, r.stderr[-3000:]
+    hang = r.stderr.index("taking it for hung: sending SIGKILL")
+    stacks = r.stderr.index("Python stacks of rank 1 (local_rank 1, pid ")
+    kill = r.stderr.index("Root Cause (first observed failure):")
+    assert hang < stacks < kill, r.stderr[-3000:]
+    assert "muster_test_hung_here (hang_worker.py:" in r.stderr, r.stderr[-3000:]
+    assert "muster_test_peer_waits (hang_worker.py:" in r.stderr, r.stderr[-3000:]
+    files = sorted(logs.glob("*/attempt_0/*/stacks.txt"))
+    assert [f.parent.name for f in files] == ["0", "1"], files
+    assert "muster_test_hung_here" in files[1].read_text()
+    # Where they are, after torch's report.
+    assert re.search(r"muster: the Python stacks of every worker when one was taken for hung are in the log above "
+                     r"and in \S+/attempt_0/<local_rank>/stacks.txt", r.stderr), r.stderr[-1000:]
+    # The kill came after the dump: the hung worker died of SIGKILL, as without stacks.
+    root = r.stderr.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 1 (local_rank: 1)" in root and "exitcode  : -9" in root, root
+
+
+def test_without_py_spy_the_kill_goes_ahead_and_says_how_to_get_stacks(tmp_path):
+    r = run_muster(["--nproc-per-node=2", f"--worker-timeout={QUICK}", WORKER, str(tmp_path), "hang"],
+                   env=base_env(MUSTER_PY_SPY=""), timeout=120 * SLACK)
+    assert r.returncode == 1
+    assert r.stderr.count("install it (pip install py-spy)") == 1, r.stderr[-3000:]
+    assert "Python stacks of rank" not in r.stderr
+    assert "exitcode  : -9" in r.stderr.split("Root Cause (first observed failure):")[1]
+
+
 def test_output_is_progress(tmp_path):
     r = run_muster(["--nproc-per-node=2", f"--worker-timeout={PATIENT}", WORKER, str(tmp_path), "chatty",
                     str(3 * PATIENT)],
