@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@
 #include "launch_planner.hpp"
 #include "muster/store/client.hpp"
 #include "output_pump.hpp"
+#include "stack_dump.hpp"
 #include "store_host.hpp"
 #include "supervisor.hpp"
 #include "worker_timeout.hpp"
@@ -238,4 +240,60 @@ TEST_CASE("the watchdogs' rules: a hang's words and whose expired timer it is", 
   CHECK(expired_timer_owner(777, 777, running) == -1);
   CHECK(expired_timer_owner(777, -1, running) == -1);  // gone before it could be looked up
   CHECK(expired_timer_owner(0, 0, {{0, 0}}) == -1);    // a worker whose pid is not known yet
+}
+
+namespace {
+
+// A stand-in for py-spy: a script that answers as the test wants.
+std::string fake_py_spy(const TempDir& dir, const std::string& body) {
+  const std::string path = dir.path + "/py-spy";
+  {
+    std::ofstream f(path);
+    f << "#!/bin/sh\n" << body << "\n";
+  }
+  fs::permissions(path, fs::perms::owner_all);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("the stack dump runs one py-spy per worker at once, and keeps to its limit", "[parts]") {
+  TempDir dir;
+  boost::asio::io_context io;
+  SECTION("each dump's output and how it ended, by worker") {
+    // Prints its arguments; fails for pid 2.
+    StackDump dump(io, fake_py_spy(dir, "echo \"$@\"; echo to stderr >&2; [ \"$3\" != 2 ]"), std::chrono::seconds(30));
+    REQUIRE(dump.available());
+    std::vector<StackDump::Stack> got;
+    REQUIRE(dump.dump({{0, 4, 1}, {1, 5, 2}}, [&](std::vector<StackDump::Stack> s) { got = std::move(s); }));
+    CHECK(dump.running());
+    CHECK_FALSE(dump.dump({{0, 4, 1}}, [](std::vector<StackDump::Stack>) {}));  // one at a time
+    io.run_for(kBound);
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].target.global_rank == 4);
+    CHECK(got[0].text == "dump --pid 1\nto stderr\n");
+    CHECK(got[0].complete);
+    CHECK(got[0].how_it_ended == "exit 0");
+    CHECK_FALSE(got[1].complete);
+    CHECK(got[1].how_it_ended == "exit 1");
+    CHECK_FALSE(dump.running());
+  }
+  SECTION("a dump that hangs is killed at the limit, and the others are kept") {
+    StackDump dump(io, fake_py_spy(dir, "[ \"$3\" = 1 ] && exec sleep 60; echo quick"), std::chrono::milliseconds(300));
+    std::vector<StackDump::Stack> got;
+    const auto started = std::chrono::steady_clock::now();
+    REQUIRE(dump.dump({{0, 0, 1}, {1, 1, 2}}, [&](std::vector<StackDump::Stack> s) { got = std::move(s); }));
+    io.run_for(kBound);
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].how_it_ended == "killed at the limit");
+    CHECK_FALSE(got[0].complete);
+    CHECK(got[1].text == "quick\n");
+    CHECK(got[1].complete);
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(30));
+  }
+  SECTION("none: not available, and nothing runs") {
+    StackDump dump(io, "", std::chrono::seconds(1));
+    CHECK_FALSE(dump.available());
+    CHECK_FALSE(dump.dump({{0, 0, 1}}, [](std::vector<StackDump::Stack>) {}));
+  }
 }
