@@ -89,7 +89,11 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
   if (request.resume) {
     if (known != members_.end()) {
       known->second.last_seen = now;
-      return resume(member, *request.resume, now);
+      auto resumed = resume(member, *request.resume, now);
+      out.insert(out.end(), resumed.begin(), resumed.end());
+      // Back: a failure held for it is a failure now.
+      if (held_) release_held(now, out);
+      return out;
     }
     return recover(member, request, now);
   }
@@ -121,6 +125,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
   m.join_deadline = saturating_add(now, settings_.join_timeout);
   m.done = false;
   m.connected = true;
+  m.closed_at.reset();
   by_name_[request.node_name] = member;
 
   const auto max = static_cast<std::size_t>(settings_.max_nodes);
@@ -155,6 +160,7 @@ void Rendezvous::rebind(MemberId from, MemberId to) {
   auto node = members_.extract(from);
   node.key() = to;
   node.mapped().connected = true;
+  node.mapped().closed_at.reset();
   members_.insert(std::move(node));
   by_name_[members_.at(to).request.node_name] = to;
   auto swap_in = [&](std::set<MemberId>& set) {
@@ -284,9 +290,12 @@ void Rendezvous::end_recovery() {
 }
 
 std::vector<Output> Rendezvous::heartbeat(MemberId member, TimePoint now) {
+  std::vector<Output> out;
   auto it = members_.find(member);
-  if (it != members_.end()) it->second.last_seen = now;
-  return {};
+  if (it == members_.end()) return out;
+  it->second.last_seen = now;
+  if (held_) release_held(now, out);
+  return out;
 }
 
 std::optional<out::Waiting> Rendezvous::progress(MemberId member, TimePoint now) const {
@@ -374,6 +383,7 @@ void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std:
                         : ""));
   ++round_;
   if (counts) ++restart_count_;
+  held_.reset();
   end_recovery();
   // Everyone gets a full join_timeout for the new round.
   for (auto& [id, m] : members_) m.join_deadline = saturating_add(now, settings_.join_timeout);
@@ -399,6 +409,7 @@ void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std:
 
 void Rendezvous::close_failed(std::vector<Output>& out, const FailureInfo& root, MemberId failed) {
   state_ = State::closed;
+  held_.reset();
   end_recovery();
   std::string node = members_.count(failed) ? members_.at(failed).request.node_name : "?";
   std::string msg = "the workers of node " + node + " failed with no restarts left (rank " +
@@ -425,16 +436,62 @@ std::vector<Output> Rendezvous::workers_failed(MemberId member, int round, const
   last_failure_ = failure;
   last_failure_node_ = members_.at(member).request.node_name;
   last_failure_at_ = now;
+  // Another node of the round cannot be reached: this failure may be what
+  // its loss did to the others' collectives. Held until it is back or lost;
+  // the first one held is the one that counts.
+  if (const Member* gone = unreachable(member, now)) {
+    if (!held_) {
+      ++counters_.failures_held;
+      held_ = HeldFailure{member, round, failure, gone->request.node_name};
+      note(out, "the workers of node " + last_failure_node_ + " failed (rank " + std::to_string(failure.global_rank) +
+                    ", exit code " + std::to_string(failure.exitcode) + ") while node " + gone->request.node_name +
+                    " cannot be reached: held until it is back (a failure) or lost (its consequence)",
+           true);
+    }
+    return out;
+  }
+  fail_round(member, failure, now, out);
+  return out;
+}
+
+void Rendezvous::fail_round(MemberId member, const FailureInfo& failure, TimePoint now, std::vector<Output>& out) {
   if (restart_count_ < settings_.max_restarts) {
     const auto& name = members_.at(member).request.node_name;
     restart_round(out, true,
                   "the workers of node " + name + " failed (rank " + std::to_string(failure.global_rank) +
                       ", exit code " + std::to_string(failure.exitcode) + ")",
                   now);
-    return out;
+    return;
   }
   close_failed(out, failure, member);
-  return out;
+}
+
+const Rendezvous::Member* Rendezvous::unreachable(MemberId except, TimePoint now) const {
+  // Overdue: a heartbeat and a half late, far short of the dead-after window.
+  const Duration overdue = settings_.keep_alive_interval + settings_.keep_alive_interval / 2;
+  for (MemberId id : ranked_) {
+    if (id == except) continue;
+    auto it = members_.find(id);
+    if (it == members_.end()) continue;
+    const Member& m = it->second;
+    if (!m.connected || now > saturating_add(m.last_seen, overdue)) return &m;
+  }
+  return nullptr;
+}
+
+// The member a held failure waited for is back: the failure is one, as any other.
+void Rendezvous::release_held(TimePoint now, std::vector<Output>& out) {
+  if (!held_) return;
+  if (state_ != State::running || held_->round != round_ || !members_.count(held_->member)) {
+    held_.reset();
+    return;
+  }
+  if (unreachable(held_->member, now)) return;
+  HeldFailure held = std::move(*held_);
+  held_.reset();
+  note(out, "node " + held.unreachable + " is back: the failure of node " +
+                members_.at(held.member).request.node_name + "'s workers counts");
+  fail_round(held.member, held.failure, now, out);
 }
 
 std::vector<Output> Rendezvous::workers_succeeded(MemberId member, int round, TimePoint now) {
@@ -475,8 +532,11 @@ std::vector<Output> Rendezvous::leave(MemberId member, TimePoint now) {
   return drop(member, now, "left the job");
 }
 
-void Rendezvous::disconnected(MemberId member) {
-  if (auto it = members_.find(member); it != members_.end()) it->second.connected = false;
+void Rendezvous::disconnected(MemberId member, TimePoint now, Disconnect how) {
+  auto it = members_.find(member);
+  if (it == members_.end()) return;
+  it->second.connected = false;
+  if (how == Disconnect::closed_by_peer) it->second.closed_at = now;
 }
 
 std::vector<Output> Rendezvous::drop(MemberId member, TimePoint now, const std::string& why, bool fence) {
@@ -499,13 +559,38 @@ std::vector<Output> Rendezvous::drop(MemberId member, TimePoint now, const std::
   lost_.insert(name);
   if (state_ == State::running && std::find(ranked_.begin(), ranked_.end(), member) != ranked_.end()) {
     ranked_.erase(std::remove(ranked_.begin(), ranked_.end(), member), ranked_.end());
-    restart_round(out, false, "node " + name + " " + why, now);
+    std::string reason = "node " + name + " " + why;
+    if (held_ && held_->round == round_ && held_->member != member && members_.count(held_->member)) {
+      // What the loss did to the others: not a failure of theirs.
+      reason += "; the failure of node " + members_.at(held_->member).request.node_name + "'s workers after it (rank " +
+                std::to_string(held_->failure.global_rank) + ", exit code " +
+                std::to_string(held_->failure.exitcode) + ") is its consequence, not counted";
+    }
+    restart_round(out, false, reason, now);
     return out;
   }
   if (state_ == State::forming && participants_.size() < static_cast<std::size_t>(settings_.min_nodes)) {
     last_call_.reset();
   }
   return out;
+}
+
+void Rendezvous::remove_lost(TimePoint now, std::vector<Output>& out) {
+  std::vector<MemberId> lost;
+  for (const auto& [id, m] : members_) {
+    if (m.closed_at && !m.connected && now >= saturating_add(*m.closed_at, kLossGrace)) lost.push_back(id);
+  }
+  for (MemberId id : lost) {
+    auto it = members_.find(id);
+    if (it == members_.end()) continue;
+    ++counters_.lost_to_close;
+    const std::string address = it->second.request.address;
+    auto more = drop(id, now,
+                     "(" + address + ") closed its connection without leaving (its agent was killed, or its machine "
+                     "went down) and was not back within " + seconds_text(kLossGrace),
+                     true);
+    out.insert(out.end(), more.begin(), more.end());
+  }
 }
 
 void Rendezvous::remove_dead(TimePoint now, std::vector<Output>& out) {
@@ -533,6 +618,7 @@ std::string Rendezvous::missing_text() const {
 std::vector<Output> Rendezvous::tick(TimePoint now) {
   std::vector<Output> out;
   if (state_ == State::closed) return out;
+  remove_lost(now, out);
   remove_dead(now, out);
   if (state_ == State::closed) return out;
   if (recovering_ && now >= recovery_deadline_) {
@@ -570,7 +656,7 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
 }
 
 Duration Rendezvous::shortest_timeout() const {
-  return std::min({settings_.dead_after(), settings_.last_call_timeout, settings_.join_timeout});
+  return std::min({settings_.dead_after(), settings_.last_call_timeout, settings_.join_timeout, kLossGrace});
 }
 
 std::optional<TimePoint> Rendezvous::next_deadline() const {
@@ -583,6 +669,7 @@ std::optional<TimePoint> Rendezvous::next_deadline() const {
   if (recovering_) consider(recovery_deadline_);
   for (const auto& [id, m] : members_) {
     consider(saturating_add(m.last_seen, settings_.dead_after()));
+    if (m.closed_at && !m.connected) consider(saturating_add(*m.closed_at, kLossGrace));
     bool pending = waiting_.count(id) || state_ == State::forming;
     if (pending) consider(m.join_deadline);
   }

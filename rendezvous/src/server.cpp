@@ -108,7 +108,13 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
           boost::system::error_code ec;
           auto bytes = co_await self->input_.read(self->socket_, ec);
           if (!*self->alive_) co_return;
-          if (ec) break;  // the peer went away
+          if (ec) {
+            // The peer went away. A clean end of stream from its side (not
+            // after this server closed or failed the session) is a close of
+            // its own, without leave: its agent is most likely gone.
+            self->closed_by_peer_ = ec == asio::error::eof && !self->closed_ && !self->close_after_write_;
+            break;
+          }
           self->reader_.feed(bytes);
         }
         first = false;
@@ -149,6 +155,7 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
   bool closed_ = false;
   bool close_after_write_ = false;
   bool joined_ = false;
+  bool closed_by_peer_ = false;
 };
 
 RendezvousServer::RendezvousServer(asio::io_context& io, ServerLimits limits)
@@ -235,8 +242,9 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
     if (type == "heartbeat") {
       auto beat = heartbeat_from_json(msg);
       if (!beat.ok()) return s.fail(Code::invalid_argument, beat.status().message());
-      job->rdzv.heartbeat(s.id(), now);
+      auto released = job->rdzv.heartbeat(s.id(), now);
       if (beat->seq) s.send(heartbeat_ack_message(*beat->seq));
+      if (!released.empty()) deliver(*job, std::move(released));
       if (beat->progress) {
         if (auto p = job->rdzv.progress(s.id(), now)) s.send(to_json(Output(*p)));
       }
@@ -600,9 +608,10 @@ void RendezvousServer::gone(Session& s) {
   }
   if (auto job = std::move(s.job)) {
     // Not a departure: the member keeps its place until it has been silent
-    // for the dead-after window, so a reconnect can resume it.
+    // for the dead-after window (or, when its side closed the connection,
+    // for the loss grace), so a reconnect can resume it.
     s.job.reset();
-    job->rdzv.disconnected(id);
+    job->rdzv.disconnected(id, Clock::now(), s.closed_by_peer_ ? Disconnect::closed_by_peer : Disconnect::broken);
     rearm(*job);
   }
   if (auto it = per_peer_.find(s.peer_address()); it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);

@@ -346,7 +346,7 @@ TEST_CASE("a member whose connection broke resumes its place and nothing restart
   job.join(1, "n1");
   auto assigns = all<out::Assign>(job.join(2, "n2"));
   auto mine = assign_of(assigns, 2);
-  job.rdzv.disconnected(2);
+  job.rdzv.disconnected(2, job.now);
   CHECK(all<out::Restart>(job.advance(10s, {2})).empty());  // within dead-after: no re-form
   job.agents.erase(2);
   auto back = job.rdzv.join(9, resume_request("n2", mine), job.now);
@@ -394,8 +394,10 @@ TEST_CASE("a known member resuming a round that already ended is told to re-form
   job.join(1, "n1");
   auto assigns = all<out::Assign>(job.join(2, "n2"));
   auto mine = assign_of(assigns, 2);
-  job.rdzv.disconnected(2);
-  job.rdzv.workers_failed(1, 0, FailureInfo{0, 0, 1, "n1", "x", 1, 1}, job.now);  // round 0 ends
+  // Round 0 ends while n2 is still reachable (a failure reported while it is
+  // not would wait for it: "a failure reported while a peer is unreachable...").
+  job.rdzv.workers_failed(1, 0, FailureInfo{0, 0, 1, "n1", "x", 1, 1}, job.now);
+  job.rdzv.disconnected(2, job.now);
   auto back = job.rdzv.join(9, resume_request("n2", mine), job.now);
   auto restarts = all<out::Restart>(back);
   REQUIRE(restarts.size() == 1);
@@ -491,7 +493,7 @@ TEST_CASE("a connection that is one node cannot join again as another", "[rdzv][
   Job job(settings(2, 2));
   job.join(1, "n1");
   job.join(2, "n2");
-  job.rdzv.disconnected(2);
+  job.rdzv.disconnected(2, job.now);
   auto r = all<out::Reject>(job.join(1, "n2"));
   REQUIRE(r.size() == 1);
   CHECK(r[0].message.find("already node n1") != std::string::npos);
@@ -533,7 +535,7 @@ TEST_CASE("plain joins tell a restarted rendezvous the round and restart count t
   CHECK(assigns[0].round == 4);
   CHECK(assigns[0].restart_count == 3);
   // Once the core has a history of its own, hints change nothing.
-  job.rdzv.disconnected(2);
+  job.rdzv.disconnected(2, job.now);
   r.known_round = 40;
   r.known_restart_count = 30;
   job.rdzv.leave(2, job.now);
@@ -618,4 +620,133 @@ TEST_CASE("every node of a job gives the same --nnodes and backend, and a closed
   CHECK(job.rdzv.accepts_settings("j", other).ok());
   CHECK(closed_job_text(true) == "the job has finished; start a new one with a new --rdzv-id");
   CHECK(closed_job_text(false).find("has failed and its rendezvous is closed") != std::string::npos);
+}
+
+namespace {
+
+FailureInfo failure_of(int rank) { return FailureInfo{rank, 0, 1, "host", "worker failed", 1, 100 + rank}; }
+
+bool reason_has(const std::vector<out::Restart>& restarts, const std::string& text) {
+  return !restarts.empty() && restarts[0].reason.find(text) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a member whose side closed its connection without leave is lost after the grace, not counted",
+          "[rdzv][loss]") {
+  Job job(settings(1, 3));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  job.advance(31s);  // last call: a round of two
+  REQUIRE(job.rdzv.state() == State::running);
+  job.rdzv.disconnected(2, job.now, Disconnect::closed_by_peer);
+  // Within the grace it keeps its place (its agent may be reconnecting).
+  auto early = job.advance(kLossGrace - 1s, {2});
+  CHECK(all<out::Restart>(early).empty());
+  CHECK(job.rdzv.members() == 2);
+  // Then it is lost: the round re-forms, no restart counted, far before the dead-after window (15 s).
+  auto lost = job.advance(2s, {2});
+  auto restarts = all<out::Restart>(lost);
+  REQUIRE(restarts.size() == 1);
+  CHECK(restarts[0].member == 1);
+  CHECK_FALSE(restarts[0].counts_as_failure);
+  CHECK(reason_has(restarts, "node n2 (n2.cluster) closed its connection without leaving"));
+  CHECK(job.rdzv.restart_count() == 0);
+  CHECK(job.rdzv.members() == 1);
+  CHECK(job.rdzv.counters().lost_to_close == 1);
+  CHECK(job.rdzv.counters().lost_to_silence == 0);
+}
+
+TEST_CASE("a member that reconnects within the loss grace resumes its place", "[rdzv][loss]") {
+  Job job(settings(2, 2));
+  job.join(1, "n1");
+  auto assigns = all<out::Assign>(job.join(2, "n2"));
+  job.rdzv.disconnected(2, job.now, Disconnect::closed_by_peer);
+  job.advance(2s, {2});
+  auto back = job.rdzv.join(7, resume_request("n2", assign_of(assigns, 2)), job.now);
+  CHECK(all<out::Resumed>(back).size() == 1);
+  job.agents.insert(7);
+  auto later = job.advance(20s, {2});
+  CHECK(all<out::Restart>(later).empty());
+  CHECK(job.rdzv.members() == 2);
+  CHECK(job.rdzv.counters().lost_to_close == 0);
+}
+
+TEST_CASE("a broken connection (reset, timeout) still waits out the dead-after window", "[rdzv][loss]") {
+  Job job(settings(1, 2));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  job.advance(31s);
+  job.rdzv.disconnected(2, job.now, Disconnect::broken);
+  CHECK(all<out::Restart>(job.advance(10s, {2})).empty());  // past the loss grace: still a member
+  CHECK(job.rdzv.members() == 2);
+  auto dead = job.advance(6s, {2});
+  REQUIRE(all<out::Restart>(dead).size() == 1);
+  CHECK(job.rdzv.counters().lost_to_silence == 1);
+}
+
+TEST_CASE("a failure reported while a peer's connection is down waits, and the peer's loss makes it its consequence",
+          "[rdzv][loss]") {
+  // --max-restarts=0: counted, the failure would end the job.
+  Job job(settings(1, 3, 0));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  job.join(3, "n3");
+  REQUIRE(job.rdzv.state() == State::running);
+  job.rdzv.disconnected(3, job.now, Disconnect::closed_by_peer);
+  // The survivors' workers fail on the broken collective.
+  auto held = job.quiet(job.rdzv.workers_failed(1, 0, failure_of(0), job.now));
+  CHECK(held.empty());
+  CHECK(job.rdzv.state() == State::running);
+  CHECK(job.rdzv.counters().failures_held == 1);
+  CHECK(job.quiet(job.rdzv.workers_failed(2, 0, failure_of(1), job.now)).empty());  // held too: the first one counts
+  auto lost = job.advance(kLossGrace + 1s, {3});
+  auto restarts = all<out::Restart>(lost);
+  REQUIRE(restarts.size() == 2);  // n1 and n2
+  CHECK_FALSE(restarts[0].counts_as_failure);
+  CHECK(reason_has(restarts, "node n3 (n3.cluster) closed its connection without leaving"));
+  CHECK(reason_has(restarts, "the failure of node n1's workers after it (rank 0, exit code 1) is its consequence, "
+                             "not counted"));
+  CHECK(all<out::Finished>(lost).empty());  // the job goes on
+  CHECK(job.rdzv.restart_count() == 0);
+  // The survivors re-form a round of two.
+  job.join(1, "n1");
+  auto again = job.join(2, "n2");
+  job.advance(31s);
+  CHECK(job.rdzv.state() == State::running);
+  CHECK(job.rdzv.round() == 1);
+}
+
+TEST_CASE("a failure held for a peer whose heartbeat was overdue counts once the peer is heard again",
+          "[rdzv][loss]") {
+  Job job(settings(2, 2, 1));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  REQUIRE(job.rdzv.state() == State::running);
+  job.advance(8s, {2});  // n2 silent for 8 s: overdue (5 s x 1.5), not dead (15 s)
+  auto held = job.quiet(job.rdzv.workers_failed(1, 0, failure_of(0), job.now));
+  CHECK(all<out::Restart>(held).empty());
+  // n2 is heard: n1's failure is one, counted against --max-restarts.
+  auto released = job.quiet(job.rdzv.heartbeat(2, job.now));
+  auto restarts = all<out::Restart>(released);
+  REQUIRE(restarts.size() == 2);
+  CHECK(restarts[0].counts_as_failure);
+  CHECK(reason_has(restarts, "the workers of node n1 failed (rank 0, exit code 1)"));
+  CHECK(job.rdzv.restart_count() == 1);
+}
+
+TEST_CASE("a failure held for a peer that resumes counts, and with no restarts left closes the job naming it",
+          "[rdzv][loss]") {
+  Job job(settings(2, 2, 0));
+  job.join(1, "n1");
+  auto assigns = all<out::Assign>(job.join(2, "n2"));
+  job.rdzv.disconnected(2, job.now, Disconnect::broken);
+  CHECK(job.quiet(job.rdzv.workers_failed(1, 0, failure_of(0), job.now)).empty());
+  auto back = job.rdzv.join(8, resume_request("n2", assign_of(assigns, 2)), job.now);
+  auto finished = all<out::Finished>(back);
+  REQUIRE(finished.size() == 2);
+  CHECK_FALSE(finished[0].success);
+  REQUIRE(finished[0].root_cause);
+  CHECK(finished[0].root_cause->global_rank == 0);
+  CHECK(job.rdzv.state() == State::closed);
 }

@@ -22,8 +22,19 @@
 //   member is still connected is refused, never a silent replacement.
 // - A broken connection is not a departure: the member stays, silent, until
 //   the dead-after window passes, and a reconnect under its name takes its
-//   place back (resume) with its round, ranks and workers untouched. Only a
-//   `leave` or silence removes a member.
+//   place back (resume) with its round, ranks and workers untouched.
+// - A connection its member's side closed cleanly without `leave` (the agent
+//   was killed; its kernel closed the socket) is a loss decided fast: the
+//   member is lost once kLossGrace passes without it reconnecting. A reset or
+//   a timeout counts as silence (the dead-after window), and a close the
+//   server made itself never counts as the member's.
+// - A loss is a membership change, not a failure: the round re-forms without
+//   a restart counted. A worker failure reported while another member of the
+//   round is unreachable (its connection down, or its heartbeat overdue) is
+//   held: until that member is back (then it is a failure, as any other) or
+//   lost (then it is the loss's consequence, not counted; the restart names
+//   the lost node and the failure that followed).
+// - Only a `leave`, a loss or silence removes a member.
 // - A member removed for silence is fenced: told so whenever it can still be
 //   reached (now, or when it comes back), so it stops its workers and joins
 //   again as a newcomer.
@@ -62,6 +73,17 @@ inline TimePoint saturating_add(TimePoint t, Duration d) {
   if (t.time_since_epoch().count() > 0 && dn > TimePoint::max() - t) return TimePoint::max();
   return t + dn;
 }
+
+// How long a member whose side closed its connection without `leave` has to
+// reconnect before it is lost: longer than an agent's own reconnect takes
+// (back-off, connect, handshake), far shorter than the dead-after window.
+constexpr Duration kLossGrace{5000};
+
+// How a member's connection ended, as the server saw it.
+enum class Disconnect {
+  broken,          // a reset, a timeout, an error, or a close the server made: silence decides
+  closed_by_peer,  // a clean end of stream from the member's side, without leave: lost after kLossGrace
+};
 
 struct Settings {
   int min_nodes = 1;
@@ -231,12 +253,16 @@ struct Counters {
   uint64_t restarts = 0;          // rounds ended by a failure (with a restart left)
   uint64_t failures = 0;          // workers_failed reports acted on
   uint64_t lost_to_silence = 0;   // members dropped after the dead-after window
+  uint64_t lost_to_close = 0;     // members lost after closing their connection without leave
+  uint64_t failures_held = 0;     // failures held while another member was unreachable
   uint64_t left = 0;              // members that said leave
   Counters& operator+=(const Counters& o) {
     rounds += o.rounds;
     restarts += o.restarts;
     failures += o.failures;
     lost_to_silence += o.lost_to_silence;
+    lost_to_close += o.lost_to_close;
+    failures_held += o.failures_held;
     left += o.left;
     return *this;
   }
@@ -256,6 +282,7 @@ class Rendezvous {
   // Whether a node that asks for `asked` may join this job (`job`: its id, for
   // the message): every node of a job gives the same --nnodes and backend.
   Status accepts_settings(const std::string& job, const Settings& asked) const;
+  // A heartbeat; a held failure that no longer waits for anyone is acted on.
   std::vector<Output> heartbeat(MemberId member, TimePoint now);
   // Where the round stands, for a member waiting for one (nullopt otherwise).
   std::optional<out::Waiting> progress(MemberId member, TimePoint now) const;
@@ -265,9 +292,10 @@ class Rendezvous {
   std::vector<Output> workers_succeeded(MemberId member, int round, TimePoint now);
   // A member that says goodbye: it is gone at once.
   std::vector<Output> leave(MemberId member, TimePoint now);
-  // A member's connection broke: it keeps its place until it is silent for
-  // the dead-after window, so it can reconnect and resume.
-  void disconnected(MemberId member);
+  // A member's connection ended. Broken: it keeps its place until it is
+  // silent for the dead-after window, so it can reconnect and resume. Closed
+  // by its side: lost unless it is back within kLossGrace.
+  void disconnected(MemberId member, TimePoint now, Disconnect how = Disconnect::broken);
   // Fires what is due at `now`: last call, join timeouts, dead members.
   std::vector<Output> tick(TimePoint now);
   // When tick() next has something to do (O(members)).
@@ -297,6 +325,14 @@ class Rendezvous {
     TimePoint join_deadline;
     bool done = false;
     bool connected = true;
+    std::optional<TimePoint> closed_at;  // its side closed the connection without leave
+  };
+  // A failure reported while another member of the round was unreachable.
+  struct HeldFailure {
+    MemberId member = 0;
+    int round = 0;
+    FailureInfo failure;
+    std::string unreachable;  // the member it waits for, by name
   };
 
   void complete_round(std::vector<Output>& out);
@@ -311,6 +347,13 @@ class Rendezvous {
   void note(std::vector<Output>& out, std::string text, bool warning = false) const;
   std::string world_text() const;
   void close_failed(std::vector<Output>& out, const FailureInfo& root, MemberId failed);
+  // A failure of the running round, acted on: a counted restart, or the job closed.
+  void fail_round(MemberId member, const FailureInfo& failure, TimePoint now, std::vector<Output>& out);
+  // The first member of the running round other than `except` that cannot be
+  // reached now (connection down, heartbeat overdue); null when none.
+  const Member* unreachable(MemberId except, TimePoint now) const;
+  void release_held(TimePoint now, std::vector<Output>& out);
+  void remove_lost(TimePoint now, std::vector<Output>& out);
   void remove_dead(TimePoint now, std::vector<Output>& out);
   std::vector<MemberId> rank_order() const;
   Status validate(const JoinRequest& r) const;
@@ -334,6 +377,7 @@ class Rendezvous {
   // it the job's history (known_round, known_restart_count, resume).
   bool history_ = false;
   Counters counters_;
+  std::optional<HeldFailure> held_;
   std::optional<FailureInfo> last_failure_;
   std::string last_failure_node_;
   TimePoint last_failure_at_{};
