@@ -300,6 +300,11 @@ void Agent::wait_for_signal() {
 void Agent::on_signal(int signo) {
   if (finished()) return;
   log::warning("Received " + signal_label(signo) + " death signal, shutting down workers");
+  // Out of the job before its workers are stopped: the other nodes' workers
+  // fail on the collectives this node's stop breaks, and the rendezvous must
+  // already know why (a departure re-forms the job, uncounted), whichever
+  // reaches it first.
+  if (member_) member_->leave();
   apply(core_.on_signal(signo));
 }
 
