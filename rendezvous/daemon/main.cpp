@@ -80,9 +80,14 @@ std::string render_metrics(muster::rendezvous::ServerStats st) {
   t.family("musterd_failures_total", "counter", "Worker failures reported by agents.");
   t.sample(static_cast<double>(st.totals.failures));
   t.family("musterd_node_losses_total", "counter",
-           "Members lost: silence (no heartbeat within the dead-after window) or left (the agent said goodbye).");
+           "Members lost: silence (no heartbeat within the dead-after window), closed (the agent's side closed its "
+           "connection without leave and did not come back within 5 s) or left (the agent said goodbye).");
   t.sample({{"reason", "silence"}}, static_cast<double>(st.totals.lost_to_silence));
+  t.sample({{"reason", "closed"}}, static_cast<double>(st.totals.lost_to_close));
   t.sample({{"reason", "left"}}, static_cast<double>(st.totals.left));
+  t.family("musterd_failures_held_total", "counter",
+           "Worker failures held because another member of the round could not be reached at the time.");
+  t.sample(static_cast<double>(st.totals.failures_held));
   t.family("musterd_rejected_total", "counter", "Connections and joins refused, by reason.");
   for (const auto& [reason, n] : st.rejected) t.sample({{"reason", reason}}, static_cast<double>(n));
   t.family("musterd_build_info", "gauge", "The running musterd's version.");

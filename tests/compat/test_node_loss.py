@@ -7,6 +7,7 @@ node is named. A graceful SIGTERM of the same agent gives the same outcome."""
 import os
 import signal
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -30,7 +31,8 @@ def agent(endpoint, node, out):
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_a_lost_node_re_forms_the_job_without_a_restart_and_is_named(tmp_path, how):
-    musterd, port = start_musterd()
+    musterd, port = start_musterd("--metrics-listen", "127.0.0.1:0")
+    metrics = int(musterd.stdout.readline().rsplit(":", 1)[1])
     survivor = victim = None
     try:
         survivor = agent(f"127.0.0.1:{port}", 1, tmp_path)
@@ -52,6 +54,11 @@ def test_a_lost_node_re_forms_the_job_without_a_restart_and_is_named(tmp_path, h
             assert "left the job" in err, err[-4000:]
         log = musterd_log(musterd)
         assert "127.0.0.2" in log and ("closed its connection without leaving" in log or "left the job" in log), log
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10 * SLACK) as r:
+            text = r.read().decode()
+        reason = "closed" if how == signal.SIGKILL else "left"
+        assert f'musterd_node_losses_total{{reason="{reason}"}} 1' in text, text
+        assert "musterd_restarts_total 0" in text, text
         kill_tree_of([victim_worker])
     finally:
         for p in (survivor, victim):
