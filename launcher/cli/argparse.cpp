@@ -61,6 +61,16 @@ Result<std::optional<Match>> classify(const Table& table, const std::string& arg
       }
     }
   }
+  // An abbreviation that is unique among torchrun's own options keeps the
+  // meaning it has under torchrun, whatever options muster adds
+  // (`--he` is still --help beside --health-check).
+  if (tuples.size() > 1) {
+    std::vector<Match> torchrun;
+    for (const auto& t : tuples) {
+      if (t.spec->torchrun) torchrun.push_back(t);
+    }
+    if (torchrun.size() == 1) return Out{torchrun.front()};
+  }
   if (tuples.size() > 1) {
     std::string names;
     for (const auto& t : tuples) names += (names.empty() ? "" : ", ") + t.option_string;

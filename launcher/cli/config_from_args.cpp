@@ -405,6 +405,28 @@ Status parse_agent_options(const ParsedArgs& args, const Environment& env, const
     }
     cfg.worker_timeout = *seconds;
   }
+  if (has(args, "health_check")) {
+    cfg.health_check = get(args, "health_check");
+    if (cfg.health_check.empty()) return invalid_argument("--health-check needs a command, e.g. --health-check=nvidia-smi");
+  } else if (auto h = env_get(env, "MUSTER_HEALTH_CHECK"); h && !h->empty()) {
+    cfg.health_check = *h;
+  }
+  std::optional<std::string> check_timeout;
+  std::string check_from = "--health-check-timeout";
+  if (has(args, "health_check_timeout")) {
+    check_timeout = get(args, "health_check_timeout");
+  } else if (auto t = env_get(env, "MUSTER_HEALTH_CHECK_TIMEOUT"); t && !t->empty()) {
+    check_timeout = *t;
+    check_from = "MUSTER_HEALTH_CHECK_TIMEOUT";
+  }
+  if (check_timeout) {
+    auto seconds = parse_worker_timeout(*check_timeout);
+    if (!seconds || seconds->count() == 0) {
+      return invalid_argument(check_from + "='" + *check_timeout + "': give the seconds one health check may take, " +
+                              "a number of at least 0.1, e.g. --health-check-timeout=30");
+    }
+    cfg.health_check_timeout = *seconds;
+  }
   // torchrun's watchdog: on with TORCHELASTIC_ENABLE_FILE_TIMER=1 exactly, its
   // pipe at TORCHELASTIC_TIMER_FILE or a fresh name in the temporary folder.
   if (env_get(env, "TORCHELASTIC_ENABLE_FILE_TIMER").value_or("") == "1") {

@@ -69,6 +69,10 @@ struct LaunchConfig {
   // muster's own: a worker without progress for this long is hung (0: never;
   // progress_watch.hpp says what counts).
   std::chrono::milliseconds worker_timeout{0};
+  // muster's own: the node's health check, run before every join ("": none),
+  // and how long one run may take.
+  std::string health_check;
+  std::chrono::milliseconds health_check_timeout{60000};
 
   // The worker program: executable (PATH lookup when it has no '/') and its
   // arguments, before $local_rank substitution.

@@ -86,6 +86,13 @@ const std::vector<OptionSpec>& option_table() {
        "Seconds a worker may go without progress (a byte on stdout or stderr, a request on the store this "
        "agent hosts, a file-timer request) before it is taken for hung and the group fails as on a crash "
        "(default: $MUSTER_WORKER_TIMEOUT, else 0: never).", false},
+      {{"--health-check", "--health_check"}, Kind::value, Type::str, false, std::nullopt, {},
+       "A command (run by /bin/sh -c) that must succeed before this node joins the rendezvous, the first time "
+       "and at every rejoin; a node whose check fails stays out of the job and tries again after a growing "
+       "cooldown (default: $MUSTER_HEALTH_CHECK, else none; docs/failures.md).", false},
+      {{"--health-check-timeout", "--health_check_timeout"}, Kind::value, Type::str, false, std::nullopt, {},
+       "Seconds a health check may take before it is killed and counts as failed (default: "
+       "$MUSTER_HEALTH_CHECK_TIMEOUT, else 60).", false},
   };
   return table;
 }

@@ -114,10 +114,25 @@ int Agent::run_job() {
   // it before any worker starts.
   io_.poll();
   if (!finished()) {
-    apply(core_.start());
+    join_when_healthy("first_join", [this] { apply(core_.start()); });
     if (!finished()) io_.run();
   }
   return core_.exit_code().value_or(1);
+}
+
+void Agent::join_when_healthy(const std::string& reason, std::function<void()> join) {
+  if (cfg_.health_check.empty()) return join();
+  if (!health_) {
+    std::map<std::string, std::string> env(env_.begin(), env_.end());
+    env["MUSTER_NODE_ADDRESS"] = cfg_.local_addr ? *cfg_.local_addr : host_;
+    env["MUSTER_RDZV_ID"] = cfg_.rdzv_id;
+    env["MUSTER_ROLE"] = cfg_.role;
+    env["MUSTER_LOCAL_WORLD_SIZE"] = std::to_string(cfg_.nproc_per_node);
+    health_ = std::make_unique<HealthCheck>(io_, cfg_.health_check, cfg_.health_check_timeout, std::move(env));
+  }
+  health_->then_join(reason, [this, join = std::move(join)] {
+    if (!finished()) join();
+  });
 }
 
 Status Agent::form_group() {
@@ -279,6 +294,9 @@ AgentMetrics Agent::metrics() const {
   m.worker_failures = counters_.worker_failures;
   m.log_lines_dropped = console_.dropped_total();
   for (const auto& [lr, code] : counters_.last_exitcodes) m.last_exits.push_back({lr, code});
+  m.health_check = health_ != nullptr;
+  m.healthy = !health_ || health_->healthy();
+  m.health_check_failures = health_ ? health_->failures() : 0;
   m.coordinated = core_.coordinated();
   m.rendezvous_connected = member_ && member_->connected();
   m.assigned = member_ && member_->assigned();
@@ -349,8 +367,8 @@ void Agent::apply(const std::vector<Action>& actions) {
       member_->report_success();
     } else if (std::holds_alternative<action::Rejoin>(a)) {
       // Workers down after a restart order or a fence: join for the next round
-      // (now, or once the connection is back).
-      member_->rejoin();
+      // (now, or once the connection is back), once the node's check passes.
+      join_when_healthy("rejoin", [this] { member_->rejoin(); });
     } else if (std::holds_alternative<action::Finish>(a)) {
       finish();
       return;
@@ -422,6 +440,7 @@ void Agent::on_worker_exit(const WorkerExit& e) {
 // The core's Finish: the report it chose, then the loop's end.
 void Agent::finish() {
   if (worker_timeout_) worker_timeout_->stop();
+  if (health_) health_->cancel();
   shutdown_timer_.cancel();
   signals_.cancel();
   if (member_) member_->leave();

@@ -28,6 +28,7 @@
 #include "console_log.hpp"
 #include "failure_reporter.hpp"
 #include "file_timer.hpp"
+#include "health_check.hpp"
 #include "launch_config.hpp"
 #include "launch_planner.hpp"
 #include "rendezvous_host.hpp"
@@ -76,6 +77,8 @@ class Agent {
   void open_stack_dump();
   void take_stacks_then(std::function<void()> then);
   void record_stacks(const std::vector<StackDump::Stack>& stacks);
+  // --health-check: `join` once the node's check passes (at once without one).
+  void join_when_healthy(const std::string& reason, std::function<void()> join);
   void finish();
   // Multi-node jobs (agent_rendezvous.cpp): the rendezvous's events.
   int run_coordinated();
@@ -107,6 +110,7 @@ class Agent {
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;
   std::unique_ptr<StackDump> stacks_;  // with a watchdog: py-spy, or none
+  std::unique_ptr<HealthCheck> health_;  // with --health-check
   std::string attempt_dir_;            // the current attempt's log folder ("" without one)
   std::string stacks_where_;           // where the last stacks went, for the final report
   bool stacks_hint_said_ = false;      // "install py-spy", once

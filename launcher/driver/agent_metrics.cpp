@@ -31,6 +31,13 @@ std::string render_agent_metrics(const AgentMetrics& m, const std::string& versi
   }
   t.family("muster_log_lines_dropped_total", "counter", "Agent log lines dropped while stderr was not being read.");
   t.sample(static_cast<double>(m.log_lines_dropped));
+  if (m.health_check) {
+    t.family("muster_health_check_healthy", "gauge",
+             "1 while the node's --health-check passed its last run (or none ran yet), 0 while it fails.");
+    t.sample(m.healthy ? 1 : 0);
+    t.family("muster_health_check_failures_total", "counter", "Runs of the node's --health-check that failed.");
+    t.sample(static_cast<double>(m.health_check_failures));
+  }
   if (m.coordinated) {
     t.family("muster_rendezvous_connected", "gauge", "1 while the connection to the rendezvous is up.");
     t.sample(m.rendezvous_connected ? 1 : 0);

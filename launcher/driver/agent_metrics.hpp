@@ -18,6 +18,10 @@ struct AgentMetrics {
   uint64_t worker_group_starts = 0;
   uint64_t worker_failures = 0;  // workers that ended badly on their own (not stopped by the agent)
   uint64_t log_lines_dropped = 0;
+  // --health-check: configured, the last run passed (or none ran yet), failed runs.
+  bool health_check = false;
+  bool healthy = true;
+  uint64_t health_check_failures = 0;
   struct Exit {
     int local_rank = 0;
     int exitcode = 0;  // torch's convention: -N for death by signal N

@@ -85,7 +85,7 @@ int Agent::run_coordinated() {
   open_stack_dump();
   io_.poll();  // a signal during start-up ends the run before anything starts
   if (!finished()) {
-    member_->start();
+    join_when_healthy("first_join", [this] { member_->start(); });
     io_.run();
   }
   return core_.exit_code().value_or(1);

@@ -1,9 +1,9 @@
 // The Python stacks of every worker at the moment one is taken for hung
 // (--worker-timeout, an expired file timer), before anything is killed
-// (docs/hangs.md): `py-spy dump --pid` of each worker, run as children of the
-// agent that die with it (PR_SET_PDEATHSIG), read on the agent's event loop
-// without blocking it, and bounded in time: what is not done by the limit is
-// killed and marked cut short. The workers allow the dump where Yama
+// (docs/hangs.md): `py-spy dump --pid` of each worker, all at once, each a
+// ChildRun (a child of the agent that dies with it, read on the event loop
+// without blocking it) bounded in time: what is not done by the limit is
+// killed and marked so. The workers allow the dump where Yama
 // restricts ptrace: the shim sets PR_SET_PTRACER to the agent before exec,
 // which lets the agent's children attach.
 #pragma once
@@ -11,12 +11,13 @@
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "child_run.hpp"
 
 namespace muster::launcher {
 
@@ -52,12 +53,12 @@ class StackDump {
   bool dump(std::vector<Target> targets, Done done);
 
  private:
-  struct Batch;
-  struct Child;
-  void start_child(Batch& b, std::size_t index);
-  void read_more(const std::shared_ptr<Batch>& b, std::size_t index);
-  void child_ended(const std::shared_ptr<Batch>& b, std::size_t index);
-  void finish_if_done(const std::shared_ptr<Batch>& b);
+  struct Batch {
+    std::vector<Stack> stacks;
+    std::vector<std::shared_ptr<ChildRun>> runs;
+    std::size_t open = 0;
+    Done done;
+  };
 
   boost::asio::io_context& io_;
   std::string py_spy_;

@@ -23,7 +23,8 @@ _muster() {
       --start[-_]method | --event[-_]log[-_]handler | --role | --log[-_]dir | -r | --redirects | -t | --tee | \
       --local[-_]ranks[-_]filter | --duplicate[-_]std*[-_]filters | --node[-_]rank | --master[-_]addr | \
       --master[-_]port | --local[-_]addr | --logs[-_]specs | --numa[-_]binding | --signals[-_]to[-_]handle | \
-      --shutdown[-_]timeout | --auth[-_]key[-_]file | --metrics[-_]listen | --worker[-_]timeout) ((i++)) ;;
+      --shutdown[-_]timeout | --auth[-_]key[-_]file | --metrics[-_]listen | --worker[-_]timeout | \
+      --health[-_]check | --health[-_]check[-_]timeout) ((i++)) ;;
       -*) ;;
       *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac

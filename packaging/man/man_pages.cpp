@@ -96,6 +96,8 @@ std::string muster_page() {
        ".TP\n.B TORCH_ELASTIC_SHUTDOWN_TIMEOUT\nseconds between the stop signal and SIGKILL (default 30).\n"
        ".TP\n.B PYTHON_EXEC\nthe interpreter that runs a Python training script.\n"
        ".TP\n.B LOGLEVEL\nthe agent's log level (default WARNING).\n"
+       ".TP\n.B MUSTER_HEALTH_CHECK\fR, \fBMUSTER_HEALTH_CHECK_TIMEOUT\n\fB\\-\\-health\\-check\fR and "
+       "\fB\\-\\-health\\-check\\-timeout\fR when not given.\n"
        ".TP\n.B MUSTER_PY_SPY\nthe py\\-spy that takes the Python stacks of hung workers (default: on PATH, "
        "else beside the workers' Python; empty: none).\n"
        ".TP\n.B CUDA_VISIBLE_DEVICES\\fR, \\fBCUDA_DEVICE_ORDER\n\\fB\\-\\-numa\\-binding\\fR binds local rank \\fIi\\fR "

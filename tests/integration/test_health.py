@@ -1,0 +1,102 @@
+"""--health-check: a node runs its check before every join; while it fails the node stays out
+of the job (logging the exit status and the output's tail) and tries again after a growing
+cooldown; a check that hangs is killed at --health-check-timeout; nothing of a check outlives
+a SIGKILLed agent. New flags leave torchrun's abbreviations their meaning."""
+import os
+import signal
+
+from muster_testing import (DATA, FAST_RDZV_CONF, SLACK, finish, read_stderr_until, run_muster, start_muster,
+                            start_musterd, stop_musterd, wait_for)
+
+WORKER = str(DATA / "elastic_worker.py")
+
+
+def agent(endpoint, node, out, *extra):
+    return start_muster(["--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                         "--rdzv-id=health", f"--rdzv-conf={FAST_RDZV_CONF}", f"--local-addr=127.0.0.{node}", *extra,
+                         WORKER, str(out), "--until-nodes", "2"])
+
+
+def test_a_node_whose_check_fails_stays_out_until_it_passes(tmp_path):
+    musterd, port = start_musterd()
+    endpoint = f"127.0.0.1:{port}"
+    ok = tmp_path / "healthy"
+    reasons_a, reasons_b = tmp_path / "reasons_a", tmp_path / "reasons_b"
+    try:
+        a = agent(endpoint, 1, tmp_path, f"--health-check=echo $MUSTER_HEALTH_CHECK_REASON >> {reasons_a}")
+        b = agent(endpoint, 2, tmp_path,
+                  f"--health-check=env | grep ^MUSTER_ > {tmp_path}/facts; echo probing the GPUs; test -e {ok}")
+        # b's check fails: the job runs on a alone.
+        assert wait_for(lambda: (tmp_path / "n1_a0_r0.json").exists(), 60 * SLACK), "the one-node job never ran"
+        assert wait_for(lambda: (tmp_path / "facts").exists(), 30 * SLACK)
+        ok.touch()  # b passes its next try, joins, and the job re-forms on two nodes
+        results = finish([a, b], timeout=120)
+        for rc, _, err in results:
+            assert rc == 0, err[-3000:]
+        err_b = results[1][2]
+        assert "health check failed (exit 1) before joining the rendezvous, so this node stays out of the job; " \
+               "trying again in 5 s; its output:" in err_b, err_b[-3000:]
+        assert "probing the GPUs" in err_b
+        assert "health check passed; joining the rendezvous" in err_b
+        assert (tmp_path / "n2_a0_r0.json").exists() and (tmp_path / "n2_a0_r1.json").exists()
+        facts = dict(line.split("=", 1) for line in (tmp_path / "facts").read_text().splitlines())
+        assert facts["MUSTER_HEALTH_CHECK_REASON"] == "first_join"
+        assert facts["MUSTER_NODE_ADDRESS"] == "127.0.0.2"
+        assert facts["MUSTER_RDZV_ID"] == "health" and facts["MUSTER_LOCAL_WORLD_SIZE"] == "1"
+        # a ran its check before its first join and again before rejoining the re-formed job.
+        assert reasons_a.read_text().split() == ["first_join", "rejoin"], reasons_a.read_text()
+    finally:
+        stop_musterd(musterd)
+
+
+def test_a_check_that_hangs_is_killed_at_its_timeout():
+    agent = start_muster(["--standalone", "--health-check-timeout=0.5", "--health-check=sleep 60", "--no-python",
+                          "/bin/true"])
+    try:
+        said, seen = read_stderr_until(agent, rb"health check failed \(did not finish within --health-check-timeout "
+                                              rb"0\.5 s\) before joining the rendezvous", 30 * SLACK)
+        assert said, seen.decode(errors="replace")[-3000:]
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=30 * SLACK)
+        assert agent.returncode != 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def test_nothing_of_a_check_outlives_a_sigkilled_agent():
+    marker = "31.713"  # a sleep of the test's own, to look for afterwards
+    agent = start_muster(["--standalone", f"--health-check=sleep {marker}; sleep {marker}", "--no-python", "/bin/true"])
+    try:
+        assert wait_for(lambda: running(marker), 30 * SLACK), "the check never ran"
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=30 * SLACK)
+        assert wait_for(lambda: not running(marker), 10 * SLACK), "a check outlived the SIGKILLed agent"
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def running(marker):
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def test_new_flags_keep_torchrun_s_abbreviations_and_refuse_bad_values():
+    r = run_muster(["--he"])
+    assert r.returncode == 0 and r.stdout.startswith("usage: muster"), r.stderr
+    r = run_muster(["--standalone", "--health-check-timeout=never", "--no-python", "/bin/true"])
+    assert r.returncode == 1
+    assert "--health-check-timeout='never': give the seconds one health check may take" in r.stderr, r.stderr
+    r = run_muster(["--standalone", "--health-check=", "--no-python", "/bin/true"])
+    assert r.returncode == 1 and "--health-check needs a command" in r.stderr, r.stderr
