@@ -383,46 +383,36 @@ Status parse_agent_options(const ParsedArgs& args, const Environment& env, const
     cfg.auth_key_file = get(args, "auth_key_file");
     if (cfg.auth_key_file.empty()) return invalid_argument("--auth-key-file needs a path");
   }
-  if (has(args, "metrics_listen")) {
-    cfg.metrics_listen = get(args, "metrics_listen");
-    if (cfg.metrics_listen.empty()) return invalid_argument("--metrics-listen needs ADDR[:PORT]");
-  } else if (auto m = env_get(env, "MUSTER_METRICS_LISTEN"); m && !m->empty()) {
-    cfg.metrics_listen = *m;
+  // muster's own options: the flag, else its variable (an empty one counts as unset).
+  struct Given {
+    std::string text;
+    std::string from;  // the flag or the variable, for the error
+  };
+  auto flag_or_env = [&](const char* dest, const char* flag, const char* var) -> std::optional<Given> {
+    if (has(args, dest)) return Given{get(args, dest), flag};
+    if (auto v = env_get(env, var); v && !v->empty()) return Given{*v, var};
+    return std::nullopt;
+  };
+  if (auto m = flag_or_env("metrics_listen", "--metrics-listen", "MUSTER_METRICS_LISTEN")) {
+    if (m->text.empty()) return invalid_argument("--metrics-listen needs ADDR[:PORT]");
+    cfg.metrics_listen = m->text;
   }
-  std::optional<std::string> timeout_text;
-  std::string from = "--worker-timeout";
-  if (has(args, "worker_timeout")) {
-    timeout_text = get(args, "worker_timeout");
-  } else if (auto t = env_get(env, "MUSTER_WORKER_TIMEOUT"); t && !t->empty()) {
-    timeout_text = *t;
-    from = "MUSTER_WORKER_TIMEOUT";
-  }
-  if (timeout_text) {
-    auto seconds = parse_worker_timeout(*timeout_text);
+  if (auto t = flag_or_env("worker_timeout", "--worker-timeout", "MUSTER_WORKER_TIMEOUT")) {
+    auto seconds = parse_worker_timeout(t->text);
     if (!seconds) {
-      return invalid_argument(from + "='" + *timeout_text + "': give the seconds a worker may go without progress, " +
+      return invalid_argument(t->from + "='" + t->text + "': give the seconds a worker may go without progress, " +
                               "a number of at least 0.1 (0 turns the check off), e.g. --worker-timeout=600");
     }
     cfg.worker_timeout = *seconds;
   }
-  if (has(args, "health_check")) {
-    cfg.health_check = get(args, "health_check");
-    if (cfg.health_check.empty()) return invalid_argument("--health-check needs a command, e.g. --health-check=nvidia-smi");
-  } else if (auto h = env_get(env, "MUSTER_HEALTH_CHECK"); h && !h->empty()) {
-    cfg.health_check = *h;
+  if (auto h = flag_or_env("health_check", "--health-check", "MUSTER_HEALTH_CHECK")) {
+    if (h->text.empty()) return invalid_argument("--health-check needs a command, e.g. --health-check=nvidia-smi");
+    cfg.health_check = h->text;
   }
-  std::optional<std::string> check_timeout;
-  std::string check_from = "--health-check-timeout";
-  if (has(args, "health_check_timeout")) {
-    check_timeout = get(args, "health_check_timeout");
-  } else if (auto t = env_get(env, "MUSTER_HEALTH_CHECK_TIMEOUT"); t && !t->empty()) {
-    check_timeout = *t;
-    check_from = "MUSTER_HEALTH_CHECK_TIMEOUT";
-  }
-  if (check_timeout) {
-    auto seconds = parse_worker_timeout(*check_timeout);
+  if (auto t = flag_or_env("health_check_timeout", "--health-check-timeout", "MUSTER_HEALTH_CHECK_TIMEOUT")) {
+    auto seconds = parse_worker_timeout(t->text);
     if (!seconds || seconds->count() == 0) {
-      return invalid_argument(check_from + "='" + *check_timeout + "': give the seconds one health check may take, " +
+      return invalid_argument(t->from + "='" + t->text + "': give the seconds one health check may take, " +
                               "a number of at least 0.1, e.g. --health-check-timeout=30");
     }
     cfg.health_check_timeout = *seconds;
