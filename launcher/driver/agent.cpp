@@ -77,9 +77,10 @@ Agent::~Agent() = default;
 
 int Agent::run() {
   const int code = run_job();
-  // The output still queued gets the shutdown grace period the user gave, no
-  // more; what a console nobody reads did not take is dropped, and said.
-  const auto left = writer_.finish(std::chrono::seconds(cfg_.shutdown_timeout));
+  // The output still queued gets the shutdown grace period the user gave (at
+  // least a second, so --shutdown-timeout=0 does not cut a healthy run's last
+  // lines), no more; what a console nobody reads did not take is dropped, and said.
+  const auto left = writer_.finish(std::chrono::seconds(std::max(1, cfg_.shutdown_timeout)));
   if (!left.dropped.empty()) {
     std::string list;
     for (const auto& d : left.dropped) {
@@ -182,7 +183,6 @@ Status Agent::open_file_timer() {
 
 void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_silent) {
   if (core_.phase() != Phase::running) return;  // stopping already: not a hang
-  if (stacks_ && stacks_->running()) return;     // the stacks are being taken: the kill follows them
   // A --run-path worker whose script is done waits, quietly, for its peers: not hung.
   std::vector<ProgressWatch::Silent> silent;
   for (const auto& s : all_silent) {
@@ -191,15 +191,23 @@ void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_sile
   if (silent.empty()) return;
   log::error(hang_text(silent, group_.base_global_rank, [this](int lr) { return supervisor_.reported_pid(lr); },
                        cfg_.worker_timeout));
-  take_stacks_then([this, silent] { kill_hung(silent); });
+  // The kill is for these workers of this attempt: by the time the stacks
+  // are taken the group may have stopped, or restarted with new ones.
+  std::map<int, pid_t> pids;
+  for (const auto& s : silent) pids[s.local_rank] = supervisor_.reported_pid(s.local_rank);
+  const int attempt = core_.groups_started();
+  take_stacks_then([this, silent, pids, attempt] {
+    if (core_.groups_started() == attempt) kill_hung(silent, pids);
+  });
 }
 
-void Agent::kill_hung(const std::vector<ProgressWatch::Silent>& silent) {
+void Agent::kill_hung(const std::vector<ProgressWatch::Silent>& silent, const std::map<int, pid_t>& pids) {
   if (core_.phase() != Phase::running) return;  // the group stopped while the stacks were taken
   const auto running = supervisor_.running();
   std::vector<ProgressWatch::Silent> still;
   for (const auto& s : silent) {
-    if (std::find(running.begin(), running.end(), s.local_rank) != running.end()) still.push_back(s);
+    const bool runs = std::find(running.begin(), running.end(), s.local_rank) != running.end();
+    if (runs && supervisor_.reported_pid(s.local_rank) == pids.at(s.local_rank)) still.push_back(s);
   }
   for (const auto& s : still) {
     reporter_.hung(s.local_rank, s.silent_for);
@@ -239,21 +247,26 @@ void Agent::take_stacks_then(std::function<void()> then) {
     then();
     return;
   }
+  // A dump under way covers this hang too: its kill waits for it.
+  after_stacks_.push_back(std::move(then));
+  if (stacks_->running()) return;
   std::vector<StackDump::Target> targets;
   for (int lr : supervisor_.running()) {
     pid_t pid = supervisor_.reported_pid(lr);
     if (pid > 0) targets.push_back({lr, group_.base_global_rank + lr, pid});
   }
-  const bool started = stacks_->dump(std::move(targets), [this, then](std::vector<StackDump::Stack> stacks) {
-    if (finished()) return;
-    record_stacks(stacks);
-    then();
+  stacks_->dump(std::move(targets), [this, dir = attempt_dir_](std::vector<StackDump::Stack> stacks) {
+    if (!finished()) record_stacks(stacks, dir);
+    auto waiting = std::move(after_stacks_);
+    after_stacks_.clear();
+    for (auto& then : waiting) {
+      if (!finished()) then();
+    }
   });
-  if (!started) then();  // a dump under way already covers this hang
 }
 
 // Into the log, and with --log-dir into <attempt>/<local_rank>/stacks.txt.
-void Agent::record_stacks(const std::vector<StackDump::Stack>& stacks) {
+void Agent::record_stacks(const std::vector<StackDump::Stack>& stacks, const std::string& attempt_dir) {
   std::vector<std::string> files;
   for (const auto& s : stacks) {
     const std::string title = "worker watchdog: Python stacks of rank " + std::to_string(s.target.global_rank) +
@@ -261,8 +274,8 @@ void Agent::record_stacks(const std::vector<StackDump::Stack>& stacks) {
                               std::to_string(s.target.pid) + "), by " + stacks_->program() + " dump (" +
                               s.how_it_ended + ")";
     log::error(title + ":\n" + s.text);
-    if (attempt_dir_.empty()) continue;
-    const std::string path = attempt_dir_ + "/" + std::to_string(s.target.local_rank) + "/stacks.txt";
+    if (attempt_dir.empty()) continue;
+    const std::string path = attempt_dir + "/" + std::to_string(s.target.local_rank) + "/stacks.txt";
     net::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd) {
       log::warning("cannot write " + path + ": " + std::strerror(errno));
@@ -274,7 +287,7 @@ void Agent::record_stacks(const std::vector<StackDump::Stack>& stacks) {
     files.push_back(path);
   }
   stacks_where_ = files.empty() ? "in the log above"
-                                : "in the log above and in " + attempt_dir_ + "/<local_rank>/stacks.txt";
+                                : "in the log above and in " + attempt_dir + "/<local_rank>/stacks.txt";
 }
 
 AgentMetrics Agent::metrics() const {

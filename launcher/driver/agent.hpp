@@ -16,6 +16,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,12 +73,13 @@ class Agent {
   void start_workers(int restart_count);
   void on_worker_exit(const WorkerExit& e);
   void on_workers_silent(const std::vector<ProgressWatch::Silent>& silent);
-  void kill_hung(const std::vector<ProgressWatch::Silent>& silent);
+  // Kills those of `silent` still running with the pid they had when taken for hung.
+  void kill_hung(const std::vector<ProgressWatch::Silent>& silent, const std::map<int, pid_t>& pids);
   // The hung-worker paths: every worker's Python stacks first (when py-spy is
   // there), then `then` (the kill), on the loop.
   void open_stack_dump();
   void take_stacks_then(std::function<void()> then);
-  void record_stacks(const std::vector<StackDump::Stack>& stacks);
+  void record_stacks(const std::vector<StackDump::Stack>& stacks, const std::string& attempt_dir);
   // --health-check: `join` once the node's check passes (at once without one).
   void join_when_healthy(const std::string& reason, std::function<void()> join);
   void finish();
@@ -114,6 +117,7 @@ class Agent {
   std::string attempt_dir_;            // the current attempt's log folder ("" without one)
   std::string stacks_where_;           // where the last stacks went, for the final report
   bool stacks_hint_said_ = false;      // "install py-spy", once
+  std::vector<std::function<void()>> after_stacks_;  // the kills that wait for the dump under way
 
   // Multi-node state.
   std::unique_ptr<RendezvousHost> rdzv_host_;

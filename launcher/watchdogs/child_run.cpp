@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,7 +65,8 @@ void ChildRun::abandon() {
   s_->abandoned = true;
   s_->done = nullptr;
   if (s_->pid > 0 && !s_->ended) {
-    ::kill(-s_->pid, SIGKILL);
+    // The intermediate kills the command's group at once and exits: the wait is short.
+    ::kill(s_->pid, SIGTERM);
     ::waitpid(s_->pid, nullptr, 0);
     s_->ended = true;
   }
@@ -105,40 +107,55 @@ void ChildRun::launch() {
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The intermediate: leads a process group of its own, runs the command
-    // as its child, and outlives it only to say how it ended. Should the
-    // agent die (even by SIGKILL), PR_SET_PDEATHSIG wakes it and it kills its
-    // whole group, so nothing the command started outlives the agent.
+    // in a group of the command's own, and outlives it only to say how it
+    // ended. On SIGTERM (the agent's limit, or its death through
+    // PR_SET_PDEATHSIG, even a SIGKILL) it kills the command's whole group
+    // first; when the command exits it kills what the command left running
+    // (so nothing holds the output pipe or outlives the agent).
     ::setpgid(0, 0);
     ::sigprocmask(SIG_BLOCK, &watched, nullptr);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != agent) {  // the agent is already gone
-      ::kill(0, SIGKILL);
-      ::_exit(126);
-    }
+    if (::getppid() != agent) ::_exit(126);  // the agent is already gone
     ::dup2(fds[1], STDOUT_FILENO);
     ::dup2(fds[1], STDERR_FILENO);
     int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    // Nothing of the agent's (its sockets, the workers' control sockets) is
+    // held here: this process never execs, so O_CLOEXEC would not close them.
+    ::syscall(SYS_close_range, 3U, ~0U, 0U);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+    const pid_t command = ::_Fork();  // no fork handlers in a child of a threaded process
+#else
     const pid_t command = ::fork();
+#endif
     if (command == 0) {
+      ::setpgid(0, 0);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);  // the agent ignores SIGPIPE
+      }
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::execve(argv[0], argv.data(), env);
       ::_exit(127);
     }
     if (command < 0) ::_exit(126);
+    ::setpgid(command, command);  // either side may get there first
     for (;;) {
       siginfo_t info;
       if (::sigwaitinfo(&watched, &info) < 0) continue;
       if (info.si_signo == SIGTERM) {
-        ::kill(0, SIGKILL);  // the agent died: the group goes, this process with it
+        ::kill(-command, SIGKILL);
         ::_exit(137);
       }
       int status = 0;
       if (::waitpid(command, &status, WNOHANG) != command) continue;
+      ::kill(-command, SIGKILL);  // what it left running in its group
       if (WIFSIGNALED(status)) ::_exit(128 + WTERMSIG(status));
       ::_exit(WEXITSTATUS(status));
     }
   }
+  if (pid > 0) ::setpgid(pid, pid);  // either side may get there first
   const int fork_errno = errno;
   ::close(fds[1]);
   if (pid < 0) {
@@ -154,7 +171,7 @@ void ChildRun::launch() {
   s.limit_timer.async_wait([self](const boost::system::error_code& ec) {
     if (ec || self->s_->abandoned || self->s_->ended) return;
     self->s_->outcome.timed_out = true;
-    ::kill(-self->s_->pid, SIGKILL);
+    ::kill(self->s_->pid, SIGTERM);  // the intermediate kills the command's group, then exits
   });
   read_more();
 }
@@ -196,7 +213,7 @@ void ChildRun::reap() {
   } else if (r == s.pid && WIFSIGNALED(status)) {
     s.outcome.signal = WTERMSIG(status);
   } else if (r == 0) {
-    ::kill(-s.pid, SIGKILL);
+    ::kill(s.pid, SIGKILL);
     s.outcome.given_up = true;
   }
   s.ended = true;

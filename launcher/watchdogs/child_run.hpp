@@ -1,9 +1,11 @@
 // One helper process of the agent (a health check, a stack dump): started
 // with fork and execve from an argv and environment laid out before the fork
-// (the agent has threads), under a small intermediate process that leads a
-// process group of its own and kills that whole group when the agent dies
-// (PR_SET_PDEATHSIG: even a SIGKILLed agent leaves nothing of it behind); a
-// command killed by signal N is reported as exit 128+N; its stdout and stderr read together on the event
+// (the agent has threads), under a small intermediate process that holds
+// none of the agent's descriptors, runs the command in a process group of
+// its own with default signal dispositions, and kills that whole group when
+// the agent dies (PR_SET_PDEATHSIG: even a SIGKILLed agent leaves nothing of
+// it behind), at the limit, and once the command exits (what it left running
+// goes too); a command killed by signal N is reported as exit 128+N; its stdout and stderr read together on the event
 // loop without blocking it (the first or the last max_output bytes kept);
 // killed with its group at the limit; reaped without waiting on the loop.
 // `done` runs once, on the loop, unless the run was abandoned.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <condition_variable>
@@ -22,19 +23,20 @@ constexpr std::size_t kBatch = 64 * 1024;
 
 using Clock = std::chrono::steady_clock;
 
-// Writes all of text to fd by `deadline`, waiting (poll) on a descriptor that
-// is full or non-blocking; false if it did not all go.
+// Writes all of text to fd by `deadline`, or gives up; never blocks past it,
+// even on a descriptor in blocking mode (a console): it waits with poll and
+// writes at most PIPE_BUF bytes at a time, which a pipe with room takes whole.
 bool write_by(int fd, std::string_view text, Clock::time_point deadline) {
   while (!text.empty()) {
-    ssize_t w = ::write(fd, text.data(), text.size());
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
-      pollfd pfd{fd, POLLOUT, 0};
-      ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 100)));
-      continue;
-    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left < 0) return false;
+    pollfd pfd{fd, POLLOUT, 0};
+    int ready = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 100)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0 || (ready > 0 && (pfd.revents & (POLLERR | POLLNVAL)))) return false;
+    if (ready == 0) continue;
+    ssize_t w = ::write(fd, text.data(), std::min<std::size_t>(text.size(), PIPE_BUF));
+    if (w < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (w <= 0) return false;
     text.remove_prefix(static_cast<std::size_t>(w));
   }
@@ -214,30 +216,45 @@ AsyncWriter::Leftover AsyncWriter::finish(std::chrono::milliseconds limit) {
   std::unique_lock lock(state_->mutex);
   state_->stop = true;
   if (drained) {
-    for (auto& [id, s] : state_->sinks) s.released = true;
+    // The files close once written; the console stays, for what is said after the end.
+    for (auto& [id, s] : state_->sinks) {
+      if (s.owned) s.released = true;
+    }
     state_->work.notify_all();
     lock.unlock();
     state_->thread.join();
     return left;
   }
-  // A sink that takes nothing (a console nobody reads): leave the thread
-  // blocked in its write; the process exits around it.
-  state_->abandoned = true;
-  state_->stuck = state_->busy;
-  std::vector<std::pair<int, std::string>> finals;  // (fd, text) for the sinks the thread is not stuck on
+  // Out of time: what is queued is dropped, and the thread takes no more.
+  std::vector<std::pair<int, std::string>> finals;  // (sink id, text)
   for (auto& [id, s] : state_->sinks) {
     if (s.bytes > 0) left.dropped.push_back({s.name, s.bytes});
     s.queue.clear();
     s.bytes = 0;
-    if (id != state_->stuck && !s.released) {
-      for (auto& [seq, text] : s.finals) finals.emplace_back(s.fd, std::move(text));
+    if (!s.released) {
+      for (auto& [seq, text] : s.finals) finals.emplace_back(id, std::move(text));
     }
     s.finals.clear();
   }
   state_->work.notify_all();
+  // A write under way may just be slow: give it a moment to end before its
+  // sink is taken for stuck (a console that takes nothing).
+  state_->idle.wait_for(lock, kFinalWriteWait, [this] { return state_->busy < 0; });
+  state_->stuck = state_->busy;
+  const bool stuck = state_->stuck >= 0;
+  state_->abandoned = stuck;
+  std::vector<std::pair<int, std::string>> writable;  // (fd, text)
+  for (auto& [id, text] : finals) {
+    if (id != state_->stuck) writable.emplace_back(state_->sinks.at(id).fd, std::move(text));
+  }
   lock.unlock();
-  state_->thread.detach();
-  for (const auto& [fd, text] : finals) write_by(fd, text, Clock::now() + kFinalWriteWait);
+  if (stuck) {
+    // Blocked in a write that never returns: leave it; the process exits around it.
+    state_->thread.detach();
+  } else {
+    state_->thread.join();
+  }
+  for (const auto& [fd, text] : writable) write_by(fd, text, Clock::now() + kFinalWriteWait);
   return left;
 }
 

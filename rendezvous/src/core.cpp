@@ -291,10 +291,7 @@ void Rendezvous::end_recovery() {
 
 std::vector<Output> Rendezvous::heartbeat(MemberId member, TimePoint now) {
   std::vector<Output> out;
-  auto it = members_.find(member);
-  if (it == members_.end()) return out;
-  it->second.last_seen = now;
-  if (held_) release_held(now, out);
+  touch(member, now, out);
   return out;
 }
 
@@ -424,10 +421,19 @@ void Rendezvous::close_failed(std::vector<Output>& out, const FailureInfo& root,
   assigned_.clear();
 }
 
+void Rendezvous::touch(MemberId member, TimePoint now, std::vector<Output>& out) {
+  auto it = members_.find(member);
+  if (it == members_.end()) return;
+  it->second.last_seen = now;
+  // Heard: a failure held while it could not be reached may be one now.
+  if (held_) release_held(now, out);
+}
+
 std::vector<Output> Rendezvous::workers_failed(MemberId member, int round, const FailureInfo& failure, TimePoint now) {
   std::vector<Output> out;
-  heartbeat(member, now);
-  // A report about an earlier round comes from workers already being stopped.
+  touch(member, now, out);
+  // A report about an earlier round comes from workers already being stopped
+  // (or from the round a released failure just ended).
   if (state_ != State::running || round != round_ ||
       std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) {
     return out;
@@ -496,7 +502,7 @@ void Rendezvous::release_held(TimePoint now, std::vector<Output>& out) {
 
 std::vector<Output> Rendezvous::workers_succeeded(MemberId member, int round, TimePoint now) {
   std::vector<Output> out;
-  heartbeat(member, now);
+  touch(member, now, out);
   if (state_ != State::running || round != round_) return out;
   auto it = members_.find(member);
   if (it == members_.end() || std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) return out;

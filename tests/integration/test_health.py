@@ -100,3 +100,14 @@ def test_new_flags_keep_torchrun_s_abbreviations_and_refuse_bad_values():
     assert "--health-check-timeout='never': give the seconds one health check may take" in r.stderr, r.stderr
     r = run_muster(["--standalone", "--health-check=", "--no-python", "/bin/true"])
     assert r.returncode == 1 and "--health-check needs a command" in r.stderr, r.stderr
+
+
+def test_a_check_that_leaves_a_process_behind_passes_and_leaves_nothing():
+    # The check exits 0 at once; what it started in the background would hold the output pipe
+    # open: it is killed with the check's process group.
+    marker = "41.517"
+    r = run_muster(["--standalone", f"--health-check=sleep {marker} & echo started", "--no-python", "/bin/true"],
+                   timeout=60 * SLACK)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "health check failed" not in r.stderr
+    assert wait_for(lambda: not running(marker), 10 * SLACK), "the check's background process outlived it"

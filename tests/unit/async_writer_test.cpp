@@ -156,3 +156,36 @@ TEST_CASE("finish writes everything while the sinks take it, and closes only own
   CHECK(fcntl(borrowed[1], F_GETFD) >= 0);  // still open
   for (int fd : {borrowed[0], borrowed[1], owned[0]}) ::close(fd);
 }
+
+TEST_CASE("finish gives up on a final message for a full console in blocking mode, within its bound",
+          "[async_writer]") {
+  // stdout and stderr are one pipe nobody reads (2>&1 into a stalled reader): the writer
+  // thread is stuck on one, and the final report cannot go out on the other either.
+  boost::asio::io_context io;
+  auto busy = boost::asio::make_work_guard(io);
+  int p[2];
+  REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+  int err_fd = fcntl(p[1], F_DUPFD_CLOEXEC, 3);
+  REQUIRE(err_fd >= 0);
+  AsyncWriter writer(io, nullptr, 256 * 1024);
+  auto out = writer.add_borrowed(p[1], "stdout");
+  auto err = writer.add_borrowed(err_fd, "stderr");
+  std::string chunk(64 * 1024, 'x');
+  for (int i = 0; i < 3; ++i) writer.push(out, chunk);
+  for (int i = 0; i < 1000 && writer.queued(out) > 2 * chunk.size(); ++i) usleep(10000);
+  // Make sure the writer thread is in its write on the full pipe before the report is queued:
+  usleep(50000);
+  writer.push_final(err, "the final report\n");
+  auto t0 = std::chrono::steady_clock::now();
+  auto left = writer.finish(std::chrono::milliseconds(300));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK_FALSE(left.dropped.empty());
+  CHECK_FALSE(writer.write_after_finish(err, "a note\n"));  // no room: given up, not blocked
+  // Unblock the abandoned thread, so it ends before the fds close.
+  REQUIRE(fcntl(p[0], F_SETFL, O_NONBLOCK) == 0);
+  for (int i = 0; i < 200; ++i) {
+    read_available(p[0]);
+    usleep(10000);
+  }
+  for (int fd : {p[0], p[1], err_fd}) ::close(fd);
+}

@@ -750,3 +750,35 @@ TEST_CASE("a failure held for a peer that resumes counts, and with no restarts l
   CHECK(finished[0].root_cause->global_rank == 0);
   CHECK(job.rdzv.state() == State::closed);
 }
+
+TEST_CASE("a held failure released by the peer's own failure report is acted on once, and its orders are sent",
+          "[rdzv][loss]") {
+  Job job(settings(2, 2, 0));
+  job.join(1, "n1");
+  auto assigns = all<out::Assign>(job.join(2, "n2"));
+  job.rdzv.disconnected(2, job.now, Disconnect::broken);
+  CHECK(job.quiet(job.rdzv.workers_failed(1, 0, failure_of(0), job.now)).empty());  // held for n2
+  // n2 comes back saying its workers failed too: the first failure (n1's) ends the job, and everyone is told.
+  JoinRequest back = resume_request("n2", assign_of(assigns, 2));
+  back.resume->outcome = Resume::Outcome::failed;
+  back.resume->failure = failure_of(1);
+  auto out = job.rdzv.join(9, back, job.now);
+  auto finished = all<out::Finished>(out);
+  REQUIRE(finished.size() == 2);
+  REQUIRE(finished[0].root_cause);
+  CHECK(finished[0].root_cause->global_rank == 0);
+  CHECK(job.rdzv.state() == State::closed);
+}
+
+TEST_CASE("a held failure released by a success report of the peer is acted on", "[rdzv][loss]") {
+  Job job(settings(2, 2, 1));
+  job.join(1, "n1");
+  job.join(2, "n2");
+  job.advance(8s, {2});  // n2 overdue
+  CHECK(job.quiet(job.rdzv.workers_failed(1, 0, failure_of(0), job.now)).empty());
+  auto out = job.quiet(job.rdzv.workers_succeeded(2, 0, job.now));
+  auto restarts = all<out::Restart>(out);
+  REQUIRE(restarts.size() == 2);
+  CHECK(restarts[0].counts_as_failure);
+  CHECK(job.rdzv.round() == 1);
+}

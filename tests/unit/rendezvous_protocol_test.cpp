@@ -199,7 +199,7 @@ TEST_CASE("membership messages round-trip and their fields are checked", "[frame
   auto resumed = server_message_from_json(to_json(Output(out::Resumed{0, 3})));
   REQUIRE(resumed.ok());
   CHECK(std::get<out::Resumed>(resumed.value()).round == 3);
-  auto waiting = server_message_from_json(to_json(Output(out::Waiting{0, 2, 1, 3, 2, 4, Duration(5000)})));
+  auto waiting = server_message_from_json(to_json(Output(out::Waiting{0, 2, 1, 3, 2, 4, Duration(5000), std::nullopt})));
   REQUIRE(waiting.ok());
   const auto& w = std::get<out::Waiting>(waiting.value());
   CHECK((w.round == 2 && w.joined == 1 && w.waiting == 3 && w.min_nodes == 2 && w.max_nodes == 4));
@@ -209,7 +209,7 @@ TEST_CASE("membership messages round-trip and their fields are checked", "[frame
       to_json(Output(out::Waiting{0, 2, 2, 0, 2, 4, Duration(5000), Duration(1500)})));
   REQUIRE(closing.ok());
   CHECK(std::get<out::Waiting>(closing.value()).last_call_left == Duration(1500));
-  auto bad = to_json(Output(out::Waiting{0, 2, 1, 3, 2, 4, Duration(5000)}));
+  auto bad = to_json(Output(out::Waiting{0, 2, 1, 3, 2, 4, Duration(5000), std::nullopt}));
   bad.erase("joined");
   CHECK_FALSE(server_message_from_json(bad).ok());
   // A failure without a pid (an older agent) still decodes, with pid 0.

@@ -353,6 +353,9 @@ class Rendezvous {
   // reached now (connection down, heartbeat overdue); null when none.
   const Member* unreachable(MemberId except, TimePoint now) const;
   void release_held(TimePoint now, std::vector<Output>& out);
+  // The member was heard now (a heartbeat, a report): its silence ends, and a
+  // failure held for it is acted on, into out.
+  void touch(MemberId member, TimePoint now, std::vector<Output>& out);
   void remove_lost(TimePoint now, std::vector<Output>& out);
   void remove_dead(TimePoint now, std::vector<Output>& out);
   std::vector<MemberId> rank_order() const;

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""bench/node_loss: how long a job stands still when a node dies, muster beside torchrun.
+
+Agents on this machine (node addresses 127.0.0.1..3) run a gloo job (bench/node_loss/worker.py)
+through a c10d rendezvous that the first agent hosts (torchrun) or musterd (muster), with
+keep_alive_interval=1 x keep_alive_max_attempt=3 and --max-restarts=3 for both. Then one
+agent that does not host the rendezvous is lost, and the time from that moment to the first
+worker of the new world starting (a CLOCK_MONOTONIC stamp the worker writes) is measured:
+
+  kill      kill -KILL of the agent and its workers (a machine going down), 2 nodes of --nnodes=1:2
+  spare     the same, 2 running nodes of --nnodes=2:2 and a third agent waiting as a spare
+  silent    kill -STOP of the agent and its workers (a paused node: only silence tells),
+            2 nodes of --nnodes=1:2
+
+Median of --repeat runs; prints seconds and torchrun/muster ratios. Nothing is asserted:
+    python3 bench/node_loss/run.py --muster build/launcher/muster --musterd build/rendezvous/musterd
+"""
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CONF = "keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1,join_timeout=120"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stamps(out):
+    path = out / "stamps"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        _, t, world, restart, rank = line.split()
+        rows.append((float(t), int(world), int(restart), int(rank)))
+    return rows
+
+
+def wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def descendants(pid):
+    """Every process below pid (a launcher's workers and their helpers), from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def signal_tree(pid, signo):
+    for p in [pid, *descendants(pid)]:
+        try:
+            os.kill(p, signo)
+        except ProcessLookupError:
+            pass
+
+
+def one_run(kind, launcher, endpoint, run_id, env):
+    out = Path(tempfile.mkdtemp(prefix="node-loss-"))
+    nodes = "2:2" if kind == "spare" else "1:2"
+    agents = []
+    try:
+        for node in (1, 2, 3) if kind == "spare" else (1, 2):
+            argv = [*launcher, f"--nnodes={nodes}", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={CONF}",
+                    f"--local-addr=127.0.0.{node}", str(HERE / "worker.py"), str(out)]
+            agents.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                           start_new_session=True))
+            if node == 1:
+                time.sleep(1.0)  # the first agent hosts the rendezvous (torchrun): it listens first
+        wait(lambda: len(stamps(out)) >= 2, 120, "the first world of two")
+        victim = agents[1]
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        if kind == "silent":
+            signal_tree(victim.pid, signal.SIGSTOP)  # the agent and its worker, paused
+        else:
+            signal_tree(victim.pid, signal.SIGKILL)  # the agent and its worker, as a machine going down
+        wait(lambda: any(t > t0 for t, *_ in stamps(out)), 180, "the new world")
+        t1 = min(t for t, *_ in stamps(out) if t > t0)
+        return t1 - t0
+    finally:
+        (out / "stop").touch()
+        for a in agents:
+            signal_tree(a.pid, signal.SIGKILL)
+            a.wait()
+        # What the killed agent's workers left (they die with it; a paused one is killed above).
+        time.sleep(0.2)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--muster", required=True)
+    ap.add_argument("--musterd", required=True)
+    ap.add_argument("--torchrun", default=shutil.which("torchrun"))
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", LOGLEVEL="ERROR")
+    port = free_port()
+    musterd = subprocess.Popen([a.musterd, "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    musterd.stdout.readline()
+    rows = []
+    try:
+        for kind in ("kill", "spare", "silent"):
+            m = [one_run(kind, [a.muster], f"127.0.0.1:{port}", f"{kind}-{i}", env) for i in range(a.repeat)]
+            t = [one_run(kind, [a.torchrun], f"127.0.0.1:{free_port()}", f"{kind}-{i}", env)
+                 for i in range(a.repeat)]
+            rows.append((kind, statistics.median(m), statistics.median(t)))
+    finally:
+        musterd.kill()
+        musterd.wait()
+    print(f"{'loss':8} {'muster s':>9} {'torchrun s':>11} {'torchrun/muster':>16}")
+    for kind, m, t in rows:
+        print(f"{kind:8} {m:9.2f} {t:11.2f} {t / m:16.1f}")
+
+
+if __name__ == "__main__":
+    main()
