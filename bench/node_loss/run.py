@@ -3,7 +3,7 @@
 
 Agents on this machine (node addresses 127.0.0.1..3) run a gloo job (bench/node_loss/worker.py)
 through a c10d rendezvous that the first agent hosts (torchrun) or musterd (muster), with
-keep_alive_interval=1 x keep_alive_max_attempt=3 and --max-restarts=3 for both. Then one
+the default keep-alive (5 s x 3) and --max-restarts=3 for both. Then one
 agent that does not host the rendezvous is lost, and the time from that moment to the first
 worker of the new world starting (a CLOCK_MONOTONIC stamp the worker writes) is measured:
 
@@ -12,7 +12,8 @@ worker of the new world starting (a CLOCK_MONOTONIC stamp the worker writes) is 
   silent    kill -STOP of the agent and its workers (a paused node: only silence tells),
             2 nodes of --nnodes=1:2
 
-Median of --repeat runs; prints seconds and torchrun/muster ratios. Nothing is asserted:
+Median of --repeat runs; prints seconds and torchrun/muster ratios (">180": no new world
+within 180 s). Nothing is asserted:
     python3 bench/node_loss/run.py --muster build/launcher/muster --musterd build/rendezvous/musterd
 """
 import argparse
@@ -28,7 +29,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CONF = "keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1,join_timeout=120"
+# torchrun's default keep-alive (5 s x 3): what a job that sets nothing gets.
+CONF = "last_call_timeout=4,join_timeout=120"
 
 
 def free_port():
@@ -94,11 +96,12 @@ def one_run(kind, launcher, endpoint, run_id, env):
             argv = [*launcher, f"--nnodes={nodes}", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={CONF}",
                     f"--local-addr=127.0.0.{node}", str(HERE / "worker.py"), str(out)]
-            agents.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                           start_new_session=True))
+            log = open(out / f"agent{node}.log", "w")
+            agents.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True))
+            log.close()
             if node == 1:
                 time.sleep(1.0)  # the first agent hosts the rendezvous (torchrun): it listens first
-        wait(lambda: len(stamps(out)) >= 2, 120, "the first world of two")
+        wait(lambda: any(world == 2 for _, world, *_ in stamps(out)), 120, f"the first world of two ({out})")
         victim = agents[1]
         time.sleep(1.0)
         t0 = time.monotonic()
@@ -106,7 +109,10 @@ def one_run(kind, launcher, endpoint, run_id, env):
             signal_tree(victim.pid, signal.SIGSTOP)  # the agent and its worker, paused
         else:
             signal_tree(victim.pid, signal.SIGKILL)  # the agent and its worker, as a machine going down
-        wait(lambda: any(t > t0 for t, *_ in stamps(out)), 180, "the new world")
+        try:
+            wait(lambda: any(t > t0 for t, *_ in stamps(out)), 180, "the new world")
+        except SystemExit:
+            return None  # no new world within 180 s: the launcher did not recover
         t1 = min(t for t, *_ in stamps(out) if t > t0)
         return t1 - t0
     finally:
@@ -116,7 +122,14 @@ def one_run(kind, launcher, endpoint, run_id, env):
             a.wait()
         # What the killed agent's workers left (they die with it; a paused one is killed above).
         time.sleep(0.2)
-        shutil.rmtree(out, ignore_errors=True)
+        if not os.environ.get("BENCH_KEEP"):
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def median(values):
+    """The median, or None when a run did not recover (counted as the worst)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if len(known) == len(values) else None
 
 
 def main():
@@ -126,7 +139,9 @@ def main():
     ap.add_argument("--torchrun", default=shutil.which("torchrun"))
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", LOGLEVEL="ERROR")
+    # The workers' Python is this one (with torch): first on PATH for both launchers.
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", LOGLEVEL="ERROR",
+               PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     port = free_port()
     musterd = subprocess.Popen([a.musterd, "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True)
@@ -137,13 +152,16 @@ def main():
             m = [one_run(kind, [a.muster], f"127.0.0.1:{port}", f"{kind}-{i}", env) for i in range(a.repeat)]
             t = [one_run(kind, [a.torchrun], f"127.0.0.1:{free_port()}", f"{kind}-{i}", env)
                  for i in range(a.repeat)]
-            rows.append((kind, statistics.median(m), statistics.median(t)))
+            rows.append((kind, median(m), median(t)))
     finally:
         musterd.kill()
         musterd.wait()
     print(f"{'loss':8} {'muster s':>9} {'torchrun s':>11} {'torchrun/muster':>16}")
+    def shown(v):
+        return f"{v:.2f}" if v is not None else ">180"
     for kind, m, t in rows:
-        print(f"{kind:8} {m:9.2f} {t:11.2f} {t / m:16.1f}")
+        ratio = f"{t / m:.1f}" if m is not None and t is not None else ("inf" if m is not None else "?")
+        print(f"{kind:8} {shown(m):>9} {shown(t):>11} {ratio:>16}")
 
 
 if __name__ == "__main__":
