@@ -1,9 +1,13 @@
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -70,6 +74,28 @@ TEST_CASE("a sink whose writes fail is reported once and dropped", "[async_write
 
 namespace {
 
+// Whether a thread of this process is blocked in write(2) on fd now (the
+// writer's thread on a full pipe), from /proc/self/task/*/syscall.
+bool a_thread_writes_to(int fd) {
+  char want[64];
+  std::snprintf(want, sizeof want, "%d 0x%x ", static_cast<int>(SYS_write), static_cast<unsigned>(fd));
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream f(task.path() / "syscall");
+    std::string line;
+    if (std::getline(f, line) && line.rfind(want, 0) == 0) return true;
+  }
+  return false;
+}
+
+// Waits (bounded) until the writer's thread is held in its write on fd.
+bool wait_writer_blocked_on(int fd) {
+  for (int i = 0; i < 3000; ++i) {
+    if (a_thread_writes_to(fd)) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
 // Everything readable on a non-blocking fd now.
 std::string read_available(int fd) {
   std::string got;
@@ -98,9 +124,8 @@ TEST_CASE("finish keeps to its limit past a sink nobody reads, and still writes 
   // The pipe takes 64 KiB; the writer thread then blocks in write(2) on it.
   for (int i = 0; i < 3; ++i) writer.push(console, chunk);
   // Once the first chunk is in the pipe, the thread is blocked writing the second.
-  for (int i = 0; i < 1000 && writer.queued(console) > 2 * chunk.size(); ++i) usleep(10000);
+  REQUIRE(wait_writer_blocked_on(stuck[1]));
   REQUIRE(writer.queued(console) == 2 * chunk.size());
-  usleep(50000);
   // The thread is held on the console, so these wait in the report's queue.
   writer.push(err, "a line before the end\n");
   writer.push_final(err, "the final report\n");
@@ -172,9 +197,8 @@ TEST_CASE("finish gives up on a final message for a full console in blocking mod
   auto err = writer.add_borrowed(err_fd, "stderr");
   std::string chunk(64 * 1024, 'x');
   for (int i = 0; i < 3; ++i) writer.push(out, chunk);
-  for (int i = 0; i < 1000 && writer.queued(out) > 2 * chunk.size(); ++i) usleep(10000);
-  // Make sure the writer thread is in its write on the full pipe before the report is queued:
-  usleep(50000);
+  // The writer thread is held in its write on the full pipe before the report is queued.
+  REQUIRE(wait_writer_blocked_on(p[1]));
   writer.push_final(err, "the final report\n");
   auto t0 = std::chrono::steady_clock::now();
   auto left = writer.finish(std::chrono::milliseconds(300));
