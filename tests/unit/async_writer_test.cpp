@@ -13,6 +13,7 @@
 
 #include "async_writer.hpp"
 #include "muster/net/unique_fd.hpp"
+#include "read_available.hpp"
 
 using namespace muster::launcher;
 
@@ -96,16 +97,6 @@ bool wait_writer_blocked_on(int fd) {
   return false;
 }
 
-// Everything readable on a non-blocking fd now.
-std::string read_available(int fd) {
-  std::string got;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) return got;
-    got.append(buf, static_cast<std::size_t>(n));
-  }
-}
 
 }  // namespace
 

@@ -24,6 +24,7 @@
 #include "launch_planner.hpp"
 #include "muster/store/client.hpp"
 #include "output_pump.hpp"
+#include "read_available.hpp"
 #include "stack_dump.hpp"
 #include "store_host.hpp"
 #include "supervisor.hpp"
@@ -36,16 +37,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr auto kBound = std::chrono::seconds(60);  // only a broken wait runs into it
-
-std::string read_all(int fd) {
-  std::string got;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) return got;
-    got.append(buf, static_cast<std::size_t>(n));
-  }
-}
 
 bool has_entry(const std::vector<std::string>& envp, const std::string& entry) {
   return std::find(envp.begin(), envp.end(), entry) != envp.end();
@@ -185,9 +176,9 @@ TEST_CASE("the output pump hands the file raw bytes and the console prefixed lin
   CHECK(reads >= 1);
   pump.reset();  // lets go of the file, which the writer then closes
   CHECK(writer.finish(std::chrono::seconds(10)).dropped.empty());
-  CHECK(read_all(file[0]) == bytes);
-  CHECK(read_all(console[0]) == "[r0]:step 1\n[r0]:loss 0.5\n[r0]:no newline at the end\n");
-  CHECK(read_all(filtered[0]) == "[r0]:loss 0.5\n");
+  CHECK(read_available(file[0]) == bytes);
+  CHECK(read_available(console[0]) == "[r0]:step 1\n[r0]:loss 0.5\n[r0]:no newline at the end\n");
+  CHECK(read_available(filtered[0]) == "[r0]:loss 0.5\n");
   for (int fd : {file[0], console[0], console[1], filtered[0], filtered[1]}) ::close(fd);
 }
 
