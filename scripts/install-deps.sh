@@ -18,6 +18,7 @@ DEBIAN_PACKAGES=(
   util-linux procps iproute2 man-db groff-base
   systemd file dpkg-dev lintian
   slurmctld slurmd slurm-client munge
+  openssh-server openssh-client pdsh
 )
 
 as_root() {

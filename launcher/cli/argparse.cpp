@@ -169,6 +169,7 @@ Status take_value(const Table& table, const std::vector<std::string>& argv, std:
     return invalid_argument("argument " + spec.display() + ": invalid choice: '" + value + "' (choose from " + list +
                             ")");
   }
+  if (spec.append) out.lists[spec.dest()].push_back(value);
   out.values[spec.dest()] = value;
   out.given[spec.dest()] = true;
   return {};

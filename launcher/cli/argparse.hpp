@@ -27,6 +27,8 @@ struct ParsedArgs {
   // Options given on the command line (a PET_ default does not count).
   std::map<std::string, bool> given;
   std::map<std::string, bool> flags;
+  // Every value of an option that may be given again, in order.
+  std::map<std::string, std::vector<std::string>> lists;
   std::string training_script;
   std::vector<std::string> training_script_args;
   bool help = false;
@@ -47,6 +49,7 @@ struct OptionSpec {
   std::vector<std::string> choices;
   std::string help;
   bool torchrun = true;  // false: muster's own option, which torchrun does not have
+  bool append = false;   // may be given again: every value is kept, in order (ParsedArgs::lists)
 
   // argparse's dest: the first long option string, dashes to underscores.
   std::string dest() const {

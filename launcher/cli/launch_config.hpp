@@ -92,6 +92,13 @@ struct LaunchConfig {
   // job-wide failure report, and the other nodes one line naming the cause.
   bool one_report_per_job = false;
 
+  // Set on an agent a launching command (muster --hostfile) started over ssh:
+  // its host's place in the host list, carried in its joins, and the
+  // rendezvous's key that command made for the job (hex; never in the
+  // workers' environment).
+  std::optional<int> launch_order;
+  std::optional<std::string> launch_key_hex;
+
   // Things to log at WARNING once logging is up.
   std::vector<std::string> warnings;
   // Lines to print as "muster: ..." on stderr (what was inferred from Slurm).

@@ -93,6 +93,25 @@ const std::vector<OptionSpec>& option_table() {
       {{"--health-check-timeout", "--health_check_timeout"}, Kind::value, Type::str, false, std::nullopt, {},
        "Seconds a health check may take before it is killed and counts as failed (default: "
        "$MUSTER_HEALTH_CHECK_TIMEOUT, else 60).", false},
+      {{"--hostfile"}, Kind::value, Type::str, false, std::nullopt, {},
+       "Launch the job on every host of this file over ssh, one host a line as `host slots=N` (DeepSpeed's "
+       "and Open MPI's format; slots is that host's --nproc-per-node), # comments; --nnodes defaults to the "
+       "number of hosts (docs/launching.md).", false},
+      {{"--hosts"}, Kind::value, Type::str, false, std::nullopt, {},
+       "The hosts as a list, h1[:slots],h2[:slots],[ipv6]:slots, instead of --hostfile.", false},
+      {{"--include"}, Kind::value, Type::str, false, std::nullopt, {},
+       "With --hostfile or --hosts: run only on these hosts, and slots, as DeepSpeed writes it: "
+       "host1@host2:0,2 (host2's slots 0 and 2).", false},
+      {{"--exclude"}, Kind::value, Type::str, false, std::nullopt, {},
+       "With --hostfile or --hosts: run on every host but these (or without these slots): host1@host2:1.",
+       false},
+      {{"--export"}, Kind::value, Type::str, false, std::nullopt, {},
+       "With --hostfile or --hosts: NAME or NAME=VALUE, an environment variable the remote agents and their "
+       "workers get, the launching shell's value when none is given; may be repeated (docs/launching.md "
+       "lists what is carried by default).", false, true},
+      {{"--from-launcher"}, Kind::value, Type::str, false, std::nullopt, {},
+       "Set by a launching muster --hostfile on the agents it starts over ssh: VERSION is its own, which this "
+       "muster must match; the agent then reads its orders from its standard input.", false},
   };
   return table;
 }

@@ -10,6 +10,7 @@
 #include "exposure.hpp"
 #include "failure_report.hpp"
 #include "group_assignment.hpp"
+#include "launch_channel.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
 #include "muster/net/unique_fd.hpp"
@@ -90,6 +91,12 @@ int Agent::run() {
         std::to_string(cfg_.shutdown_timeout) + " s was dropped: " + list + "\n");
   }
   return code;
+}
+
+void Agent::attach_launcher(net::UniqueFd channel) {
+  launcher_ = std::make_unique<LauncherLink>(io_, std::move(channel), channel::kLauncherSilence,
+                                             [this](int signo, const std::string&) { on_signal(signo); });
+  launcher_->start();
 }
 
 int Agent::fail_start_up(const Status& st) {
@@ -452,6 +459,7 @@ void Agent::on_worker_exit(const WorkerExit& e) {
 
 // The core's Finish: the report it chose, then the loop's end.
 void Agent::finish() {
+  if (launcher_) launcher_->close();
   if (worker_timeout_) worker_timeout_->stop();
   if (health_) health_->cancel();
   shutdown_timer_.cancel();

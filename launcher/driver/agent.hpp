@@ -35,6 +35,7 @@
 #include "launch_planner.hpp"
 #include "rendezvous_host.hpp"
 #include "rendezvous_member.hpp"
+#include "launcher_link.hpp"
 #include "signal_source.hpp"
 #include "stack_dump.hpp"
 #include "store_host.hpp"
@@ -56,6 +57,9 @@ class Agent {
   // queued is written within --shutdown-timeout; what is not is dropped, and
   // said.
   int run();
+  // An agent started by a launching command over ssh: that command's channel
+  // (launcher_link.hpp), whose stop orders and end end the job as a signal.
+  void attach_launcher(net::UniqueFd channel);
   // The agent's state for --metrics-listen, as of now.
   AgentMetrics metrics() const;
 
@@ -114,6 +118,7 @@ class Agent {
   std::unique_ptr<WorkerTimeout> worker_timeout_;
   std::unique_ptr<StackDump> stacks_;  // with a watchdog: py-spy, or none
   std::unique_ptr<HealthCheck> health_;  // with --health-check
+  std::unique_ptr<LauncherLink> launcher_;  // started over ssh by muster --hostfile
   std::string attempt_dir_;            // the current attempt's log folder ("" without one)
   std::string stacks_where_;           // where the last stacks went, for the final report
   bool stacks_hint_said_ = false;      // "install py-spy", once

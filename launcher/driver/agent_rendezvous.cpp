@@ -24,13 +24,19 @@ Status Agent::setup_rendezvous() {
   id.address = cfg_.local_addr ? *cfg_.local_addr : host_;
   id.local_world_size = cfg_.nproc_per_node;
   if (is_static) id.node_rank = cfg_.node_rank;
+  id.launch_order = cfg_.launch_order;
   std::optional<rendezvous::auth::Key> auth_key;
 
   auto from_env = [this](const char* name) { return env_or(env_, name, ""); };
   auto key = rendezvous::auth::find_key(cfg_.auth_key_file, from_env("MUSTER_AUTH_KEY_FILE").c_str(),
                                         from_env("CREDENTIALS_DIRECTORY").c_str());
   if (!key.ok()) return key.status();
-  if (key.value()) {
+  if (cfg_.launch_key_hex) {
+    auto bytes = rendezvous::auth::from_hex(*cfg_.launch_key_hex, cfg_.launch_key_hex->size() / 2);
+    if (!bytes) return Status(Code::invalid_argument, "the launching command's key is not hex");
+    auth_key.emplace(std::move(*bytes));
+    log::info("the rendezvous is authenticated with the key the launching command made for this job");
+  } else if (key.value()) {
     auth_key.emplace(key.value()->key);
     log::info("the rendezvous is authenticated with the key from " + key.value()->source);
   }

@@ -1,12 +1,15 @@
 // muster: the per-node agent, a drop-in for torchrun.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -16,6 +19,9 @@
 #include "agent.hpp"
 #include "agent_metrics.hpp"
 #include "cli.hpp"
+#include "fanout.hpp"
+#include "fanout_config.hpp"
+#include "launch_channel.hpp"
 #include "numa_binding.hpp"
 #include "plan_process.hpp"
 #include "python_env.hpp"
@@ -103,6 +109,62 @@ muster::Result<int> count_gpus(const Environment& env) {
   return std::min(visible, devices);
 }
 
+// An agent a launching command started over ssh: the channel's header, read
+// a byte at a time (what follows it stays in the pipe for the event loop),
+// within channel::kHeaderWait.
+muster::Result<muster::launcher::channel::Header> read_launch_header(int fd) {
+  namespace channel = muster::launcher::channel;
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + channel::kHeaderWait;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return muster::Status(muster::Code::unavailable, "no word from the launching command on standard input within " +
+                                                           std::to_string(channel::kHeaderWait.count() / 1000) + " s");
+    }
+    pollfd p{fd, POLLIN, 0};
+    int r = poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    char c = 0;
+    ssize_t n = read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return muster::Status(muster::Code::unavailable,
+                            "the launching command's channel (standard input) ended before its header: --from-launcher "
+                            "is set by muster --hostfile, not by hand");
+    }
+    if (c == '\n') break;
+    line.push_back(c);
+    if (line.size() > channel::kMaxHeaderBytes) return channel::decode_header(line);
+  }
+  return channel::decode_header(line);
+}
+
+// Where a launching command's host list and its own binary are, for resolve_fanout.
+muster::launcher::FanoutFacts fanout_facts(const muster::launcher::HostFacts& host, const Environment& env) {
+  muster::launcher::FanoutFacts f;
+  f.host = host;
+  std::error_code ec;
+  f.working_dir = std::filesystem::current_path(ec).string();
+  f.muster_path = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  auto home = env.find("HOME");
+  if (home != env.end()) f.home = home->second;
+  f.read_file = [](const std::string& path) -> std::optional<std::string> {
+    std::error_code e;
+    if (!std::filesystem::is_regular_file(path, e)) return std::nullopt;
+    std::FILE* in = std::fopen(path.c_str(), "rb");
+    if (!in) return std::nullopt;
+    std::string text;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, in)) > 0 && text.size() < (1u << 20)) text.append(buf, n);
+    std::fclose(in);
+    return text;
+  };
+  return f;
+}
+
 constexpr const char* kOmpBanner =
     "\n*****************************************\n"
     "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your "
@@ -151,12 +213,73 @@ int main(int argc, char** argv) {
   host.gpu_count = [&env] { return count_gpus(env); };
   host.new_run_id = muster::random_uuid4;
   host.environment_python = environment_python();
+
+  namespace channel = muster::launcher::channel;
+  if (muster::launcher::wants_fanout(parsed.value())) {
+    // muster --hostfile: this command launches the job on every host over ssh.
+    auto fc = muster::launcher::resolve_fanout(parsed.value(), env, fanout_facts(host, env));
+    if (!fc.ok()) {
+      std::fprintf(stderr, "muster: error: %s\n", fc.status().message().c_str());
+      return 1;
+    }
+    return muster::launcher::run_fanout(std::move(fc.value()), env);
+  }
+  for (const char* only : {"include", "exclude", "export"}) {
+    if (parsed->given.count(only)) {
+      std::fprintf(stderr, "%smuster: error: --%s is for a launch on several hosts: give --hostfile or --hosts\n",
+                   muster::launcher::usage_text(prog).c_str(), only);
+      return 2;
+    }
+  }
+  std::optional<channel::Header> launched;
+  muster::net::UniqueFd launch_channel;
+  if (auto v = parsed->values.find("from_launcher"); v != parsed->values.end()) {
+    // Started over ssh by muster --hostfile: the same muster, then the header.
+    if (v->second != muster::version_string()) {
+      std::fprintf(stderr,
+                   "muster: error: this host runs muster %s, the launching command muster %s: install the same "
+                   "muster on every host\n",
+                   muster::version_string(), v->second.c_str());
+      return 1;
+    }
+    auto header = read_launch_header(STDIN_FILENO);
+    if (!header.ok()) {
+      std::fprintf(stderr, "muster: error: %s\n", header.status().message().c_str());
+      return 1;
+    }
+    auto ssh_connection = env.count("SSH_CONNECTION") ? env.at("SSH_CONNECTION") : std::string();
+    auto endpoint = channel::resolve_endpoint(header->rdzv_endpoint, ssh_connection);
+    if (!endpoint.ok()) {
+      std::fprintf(stderr, "muster: error: %s\n", endpoint.status().message().c_str());
+      return 1;
+    }
+    for (const auto& [name, value] : header->env) env[name] = value;
+    parsed->values["rdzv_endpoint"] = endpoint.value();
+    parsed->given["rdzv_endpoint"] = true;
+    // The channel moves off standard input, which the workers get as /dev/null.
+    launch_channel = muster::net::UniqueFd(fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3));
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (!launch_channel || null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0) {
+      std::fprintf(stderr, "muster: error: cannot move the launch channel off standard input: %s\n", std::strerror(errno));
+      return 1;
+    }
+    close(null_fd);
+    std::printf("%s%s\n", std::string(channel::kReadyLine).c_str(), muster::version_string());
+    std::fflush(stdout);
+    launched = std::move(header.value());
+  }
   // As torchrun: a command line argparse refuses exits 2 with the usage; one it
   // accepts but that cannot be run (torchrun's config_from_args raises) exits 1.
   auto cfg = muster::launcher::resolve_config(parsed.value(), env, host);
   if (!cfg.ok()) {
     std::fprintf(stderr, "muster: error: %s\n", cfg.status().message().c_str());
     return 1;
+  }
+  if (launched) {
+    cfg->launch_order = launched->order;
+    cfg->launch_key_hex = launched->key_hex;
+    // Every node's output meets in the launching command's: one report.
+    cfg->one_report_per_job = true;
   }
   for (const auto& w : cfg->warnings) muster::log::warning(w);
   for (const auto& n : cfg->notices) std::fprintf(stderr, "muster: %s\n", n.c_str());
@@ -219,5 +342,6 @@ int main(int argc, char** argv) {
     metrics = std::move(m.value());
     muster::log::info("metrics on http://" + metrics->endpoint() + "/metrics");
   }
+  if (launch_channel) agent.attach_launcher(std::move(launch_channel));
   return agent.run();
 }

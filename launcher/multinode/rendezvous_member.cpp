@@ -140,6 +140,7 @@ rendezvous::JoinMessage RendezvousMember::join_message() const {
   m.request.store_port = store_port_;
   m.request.is_host = id_.is_host;
   m.request.node_rank = id_.node_rank;
+  m.request.launch_order = id_.launch_order;
   m.settings = settings_.rdzv;
   return m;
 }

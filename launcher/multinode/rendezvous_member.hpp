@@ -93,6 +93,7 @@ struct MemberIdentity {
   std::string address;            // where the other nodes reach this one
   int local_world_size = 0;       // --nproc-per-node
   std::optional<int> node_rank;   // the static backend's --node-rank
+  std::optional<int> launch_order;  // its host's place in a muster --hostfile launch
   bool is_host = false;           // this agent serves the rendezvous (or the static store)
 };
 

@@ -1,5 +1,6 @@
 #include "muster/rendezvous/core.hpp"
 
+#include <limits>
 #include <algorithm>
 #include <tuple>
 
@@ -334,7 +335,9 @@ std::vector<MemberId> Rendezvous::rank_order() const {
   std::vector<MemberId> order(participants_.begin(), participants_.end());
   auto key = [&](MemberId id) {
     const auto& r = members_.at(id).request;
-    return std::make_tuple(settings_.static_ranks ? r.node_rank.value_or(0) : 0, !r.is_host, r.address, r.node_name);
+    return std::make_tuple(settings_.static_ranks ? r.node_rank.value_or(0) : 0,
+                           r.launch_order.value_or(std::numeric_limits<int>::max()), !r.is_host, r.address,
+                           r.node_name);
   };
   std::sort(order.begin(), order.end(), [&](MemberId a, MemberId b) { return key(a) < key(b); });
   return order;

@@ -259,6 +259,7 @@ json to_json(const JoinMessage& m) {
             {"store_port", m.request.store_port},
             {"is_host", m.request.is_host}};
   if (m.request.node_rank) r["node_rank"] = *m.request.node_rank;
+  if (m.request.launch_order) r["launch_order"] = *m.request.launch_order;
   if (m.request.known_round > 0) r["known_round"] = m.request.known_round;
   if (m.request.known_restart_count > 0) r["known_restart_count"] = m.request.known_restart_count;
   if (const auto& res = m.request.resume) {
@@ -295,6 +296,8 @@ Result<JoinMessage> join_from_json(const json& j) {
   f.boolean("is_host", m.request.is_host, false);
   int node_rank = 0;
   if (f.integer("node_rank", 0, kMaxNodes - 1, node_rank, false)) m.request.node_rank = node_rank;
+  int launch_order = 0;
+  if (f.integer("launch_order", 0, kMaxNodes - 1, launch_order, false)) m.request.launch_order = launch_order;
   f.integer("known_round", 0, kMaxInt, m.request.known_round, false);
   f.integer("known_restart_count", 0, kMaxInt, m.request.known_restart_count, false);
   const json* resume = f.object("resume", false);

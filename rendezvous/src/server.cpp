@@ -535,6 +535,13 @@ void RendezvousServer::retire_if_closed(Job& job) {
   log::info("rendezvous: job '" + log_excerpt(job.id, 64) + "' " + (job.rdzv.succeeded() ? "finished" : "failed"));
 }
 
+std::optional<JobSummary> RendezvousServer::job_summary(const std::string& id) const {
+  auto now = Clock::now();
+  if (auto it = jobs_.find(id); it != jobs_.end()) return summarize(*it->second, now);
+  if (auto t = tombstones_.find(id); t != tombstones_.end()) return summarize(id, t->second, now);
+  return std::nullopt;
+}
+
 ServerStats RendezvousServer::stats() const {
   ServerStats st;
   for (const char* state : {"forming", "running", "closed", "succeeded", "failed"}) st.jobs[state] = 0;

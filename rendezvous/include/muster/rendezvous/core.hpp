@@ -148,6 +148,10 @@ struct JoinRequest {
   std::string role = "default";
   int store_port = 0;               // the workers' store this node would serve as node rank 0
   std::optional<int> node_rank;     // static backend only
+  // The node's place in the list of hosts a launching command started (muster
+  // --hostfile): nodes with one come first, in that order, ahead of the usual
+  // order (the host first, then by address).
+  std::optional<int> launch_order;
   bool is_host = false;             // the agent that hosts the rendezvous
   // What the agent knows of the job's history, for a core that lost it (a
   // restarted musterd): the round it joins for and the restart count that

@@ -105,6 +105,9 @@ class RendezvousServer {
   std::size_t tombstones() const { return tombstones_.size(); }
   std::size_t connections() const { return sessions_.size(); }
   ServerStats stats() const;
+  // One job as `musterctl job` sums it up (a finished one while remembered);
+  // nullopt for a job the server does not know.
+  std::optional<JobSummary> job_summary(const std::string& id) const;
   void close();
 
  private:

@@ -1,0 +1,148 @@
+"""A real OpenSSH server for the launch-over-ssh tests, on several loopback
+addresses of this machine (127.0.0.2, 127.0.0.3, ...), each a "host".
+
+Everything lives in a scratch folder: the server's host key, the client's key
+and authorized_keys, both configurations, known_hosts. Nothing of the
+machine's own ssh setup is read or changed. The hosts share this machine's
+host name and boot id, so the client configuration gives each its own
+MUSTER_NODE_ID (SetEnv, which the server accepts).
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
+
+
+def available():
+    """Why the ssh tests cannot run here, or None."""
+    if not os.path.exists(SSHD) or shutil.which("ssh") is None:
+        return "OpenSSH (openssh-server, openssh-client) is not installed: scripts/install-deps.sh installs it"
+    if os.geteuid() != 0 and not os.access("/run/sshd", os.W_OK):
+        # sshd as another user than root can only log in as that user, which works.
+        pass
+    return None
+
+
+def _free_port(addresses):
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ok = True
+        for a in addresses:
+            with socket.socket() as t:
+                try:
+                    t.bind((a, port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return port
+    raise RuntimeError("no port free on every test address")
+
+
+class SshHosts:
+    """`count` hosts at 127.0.0.2.. behind one sshd. `ssh_env()` is what a
+    launching muster needs (MUSTER_SSH)."""
+
+    def __init__(self, scratch, count, node_ids=True, slack=1.0):
+        self.dir = Path(scratch)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.addresses = [f"127.0.0.{i + 2}" for i in range(count)]
+        self.port = _free_port(self.addresses)
+        self.slack = slack
+        d = self.dir
+        for name in ("host_key", "client_key", "stranger_key"):
+            subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
+        shutil.copy(d / "client_key.pub", d / "authorized_keys")
+        os.chmod(d / "authorized_keys", 0o600)
+        host_pub = (d / "host_key.pub").read_text().split()
+        with open(d / "known_hosts", "w") as f:
+            for a in self.addresses:
+                f.write(f"[{a}]:{self.port} {host_pub[0]} {host_pub[1]}\n")
+        user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+        listen = "\n".join(f"ListenAddress {a}" for a in self.addresses)
+        (d / "sshd_config").write_text(f"""Port {self.port}
+{listen}
+HostKey {d}/host_key
+PidFile {d}/sshd.pid
+AuthorizedKeysFile {d}/authorized_keys
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+AllowUsers {user}
+MaxStartups 256
+MaxSessions 64
+AcceptEnv MUSTER_NODE_ID
+PrintMotd no
+LogLevel ERROR
+""")
+        client = [f"""Host 127.0.0.*
+  Port {self.port}
+  User {user}
+  IdentityFile {d}/client_key
+  IdentitiesOnly yes
+  UserKnownHostsFile {d}/known_hosts
+  GlobalKnownHostsFile /dev/null
+  StrictHostKeyChecking yes
+  PasswordAuthentication no
+"""]
+        if node_ids:
+            for i, a in enumerate(self.addresses):
+                client.insert(0, f"Host {a}\n  SetEnv MUSTER_NODE_ID=ssh-node-{i}\n")
+        (d / "ssh_config").write_text("\n".join(client))
+        if os.geteuid() == 0:
+            # sshd's privilege separation folder (a run-time folder, no configuration).
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        self.log = open(d / "sshd.log", "w")
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 20 * slack
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("sshd did not start: " + (d / "sshd.log").read_text())
+            if all(self._listening(a) for a in self.addresses):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("sshd does not listen: " + (d / "sshd.log").read_text())
+
+    def _listening(self, address):
+        try:
+            with socket.create_connection((address, self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def ssh_command(self, config=None):
+        return f"ssh -F {config or self.dir / 'ssh_config'}"
+
+    def ssh_env(self, **extra):
+        env = {"MUSTER_SSH": self.ssh_command()}
+        env.update(extra)
+        return env
+
+    def stranger_config(self):
+        """A client configuration with a key the server does not know."""
+        text = (self.dir / "ssh_config").read_text().replace(f"{self.dir}/client_key", f"{self.dir}/stranger_key")
+        path = self.dir / "stranger_config"
+        path.write_text(text)
+        return path
+
+    def close(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10 * self.slack)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
