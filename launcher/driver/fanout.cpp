@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdlib>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -114,6 +118,7 @@ class Fanout {
   std::string endpoint_for_agents_;
   std::optional<std::string> key_hex_;
   std::string rdzv_conf_;
+  std::string key_file_;  // the job's key for musterctl, removed at the end
   bool stopping_ = false;
   bool stopped_by_signal_ = false;
   int kills_ = 0;
@@ -122,9 +127,35 @@ class Fanout {
   std::vector<std::string> left_out_;  // hosts an elastic job went on without
 };
 
+// The job's key in a file only this user can read, for musterctl; "" when
+// none could be written (the job runs the same, and says so).
+std::string write_key_file(const std::string& job, const std::string& key) {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  std::string dir = std::string(runtime && *runtime ? runtime : "/tmp") + "/muster-" + std::to_string(getuid());
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return {};
+  struct stat st{};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077) != 0) {
+    return {};
+  }
+  bool plain = !job.empty() && job.size() < 128 && std::all_of(job.begin(), job.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  }) && job.front() != '.';
+  std::string path = dir + "/" + (plain ? job : std::string("job")) + "." + std::to_string(getpid()) + ".key";
+  net::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return {};
+  std::string text = key + "\n";
+  if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    unlink(path.c_str());
+    return {};
+  }
+  return path;
+}
+
 Status Fanout::open_rendezvous() {
-  auto key = rendezvous::auth::random_bytes(32);
-  if (!key.ok()) return key.status();
+  // The key is 64 hex digits: text that a key file holds as it is.
+  auto random = rendezvous::auth::random_bytes(32);
+  if (!random.ok()) return random.status();
+  Result<std::string> key(rendezvous::auth::to_hex(random.value()));
   rdzv_conf_ = fc_.rdzv_conf;
   if (fc_.rdzv_endpoint.empty()) {
     // On every address, at a port of the system's choosing; each agent reaches
@@ -152,9 +183,16 @@ Status Fanout::open_rendezvous() {
   }
   key_hex_ = rendezvous::auth::to_hex(key.value());
   if (rdzv_conf_.find("is_host=") == std::string::npos) rdzv_conf_ += (rdzv_conf_.empty() ? "" : ",") + std::string("is_host=false");
-  log::info("the job's rendezvous runs in this command" +
-            std::string(server_ ? " on port " + std::to_string(server_->port()) : " at " + fc_.rdzv_endpoint) +
+  const int port = server_ ? server_->port() : host_->port();
+  log::info("the job's rendezvous runs in this command on port " + std::to_string(port) +
             ", authenticated with a key made for this job");
+  key_file_ = write_key_file(fc_.rdzv_id, key.value());
+  if (key_file_.empty()) {
+    say("could not keep the job's key in a private file: musterctl cannot inspect this job");
+  } else {
+    say("job " + fc_.rdzv_id + " on " + std::to_string(fc_.hosts.size()) + " hosts; inspect it with: musterctl "
+        "--endpoint=127.0.0.1:" + std::to_string(port) + " --auth-key-file=" + key_file_ + " job " + fc_.rdzv_id);
+  }
   return {};
 }
 
@@ -171,6 +209,7 @@ int Fanout::run() {
   start_more();
   on_tick();
   io_.run();
+  if (!key_file_.empty()) unlink(key_file_.c_str());
   writer_.finish(std::chrono::seconds(std::max(1, fc_.shutdown_timeout)));
   bool all_ok = !stopped_by_signal_;
   for (const auto& s : sessions_) all_ok = all_ok && (s->left_out || (s->exit_code && *s->exit_code == 0));

@@ -95,3 +95,25 @@ def test_two_nodes_of_two_workers_match_torchrun(tmp_path):
     errs = static_run(tmp_path / "static")
     assert not errs, errs
     assert weights(tmp_path / "static") == t
+
+
+def test_ddp_launched_over_ssh_on_two_hosts_matches_one_node(tmp_path):
+    import ssh_hosts
+    why_not = ssh_hosts.available()
+    if why_not:
+        pytest.skip(why_not)
+    hosts = ssh_hosts.SshHosts(tmp_path / "sshd", 2, slack=SLACK)
+    try:
+        env = base_env(**hosts.ssh_env())
+        over_ssh = subprocess.run([MUSTER, "--hosts=127.0.0.2:1,127.0.0.3:1", SCRIPT, str(tmp_path / "ssh")], env=env,
+                                  cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert over_ssh.returncode == 0, over_ssh.stderr
+    finally:
+        hosts.close()
+    one = run_muster(["--nproc-per-node=2", SCRIPT, str(tmp_path / "one")], timeout=600)
+    assert one.returncode == 0, one.stderr
+    assert weights(tmp_path / "ssh") == weights(tmp_path / "one")
+    assert weights(tmp_path / "ssh")[0] == 2
+    # Rank 0's losses came back through its host's ssh session, prefixed.
+    assert [l.split(": ", 1)[1].split(":", 1)[1] for l in over_ssh.stdout.splitlines() if "epoch" in l and
+            l.startswith("127.0.0.2: [default0]:")] == [l for l in one.stdout.splitlines() if l.startswith("epoch")]

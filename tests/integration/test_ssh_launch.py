@@ -14,6 +14,7 @@ import pytest
 import ssh_hosts
 from muster_testing import DATA, MUSTER, SLACK, RdzvConn, base_env, pid_alive, read_json_files, wait_for
 
+MUSTERCTL = os.environ.get("MUSTERCTL_BIN") or str(Path(MUSTER).parents[1] / "rendezvous" / "musterctl")
 why_not = ssh_hosts.available()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
 
@@ -258,28 +259,39 @@ def test_a_silent_launching_command_is_taken_for_gone(hosts, tmp_path, launched)
         proc.communicate(timeout=30 * SLACK)
 
 
-def test_an_outsider_cannot_join_the_launched_job(hosts, tmp_path, launched):
+def test_an_outsider_cannot_join_the_launched_job_and_musterctl_sees_it_with_the_key(hosts, tmp_path, launched):
     proc, pids = _start_sleeping_job(hosts, tmp_path, "guarded")
     launched.append(proc)
     try:
-        port = None
+        found = None
         deadline = time.monotonic() + 10 * SLACK
         seen = ""
-        while port is None and time.monotonic() < deadline:
+        while found is None and time.monotonic() < deadline:
             line = proc.stderr.readline()
             seen += line
-            m = re.search(r"rendezvous runs in this command on port (\d+)", line)
-            if m:
-                port = int(m.group(1))
-        assert port, seen
+            found = re.search(r"musterctl --endpoint=(127\.0\.0\.1:(\d+)) --auth-key-file=(\S+) job guarded", line)
+        assert found, seen
+        endpoint, port, key_file = found.group(1), int(found.group(2)), found.group(3)
+        assert os.stat(key_file).st_mode & 0o077 == 0
+        # The operator, with the job's key file, sees the job and its two hosts.
+        shown = subprocess.run([MUSTERCTL, f"--endpoint={endpoint}", f"--auth-key-file={key_file}", "--json", "job",
+                                "guarded"], capture_output=True, text=True, timeout=30 * SLACK)
+        assert shown.returncode == 0, shown.stderr
+        job = json.loads(shown.stdout)
+        assert len(job["members"]) == 2, job
+        # Without it: refused.
+        plain = subprocess.run([MUSTERCTL, f"--endpoint={endpoint}", "job", "guarded"], capture_output=True,
+                               text=True, timeout=30 * SLACK, env=base_env())
+        assert plain.returncode != 0
         stranger = RdzvConn(port)
         stranger.join("guarded", "intruder", min_nodes=1, max_nodes=3)
         refused = stranger.recv()
-        assert refused is None or (refused["type"] == "error" and refused["code"] == "auth_failed"), refused
+        assert refused is not None and refused["type"] == "error" and refused["code"] == "auth_failed", refused
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60 * SLACK)
     assert _nothing_left("guarded", pids, 20 * SLACK)
+    assert not os.path.exists(key_file), "the key file goes with the job"
 
 
 def test_an_elastic_job_goes_on_without_an_unreachable_host(hosts, tmp_path):
