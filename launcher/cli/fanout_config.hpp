@@ -63,7 +63,7 @@ struct FanoutConfig {
   // muster on the hosts: MUSTER_REMOTE_PATH, else this binary's path; muster on
   // the host's PATH where that is not there.
   std::string muster_path;
-  std::vector<std::string> ssh;  // the ssh command's argv prefix
+  std::vector<std::string> ssh = {"ssh"};  // the ssh command's argv prefix
   int fanout = kDefaultFanout;
 };
 

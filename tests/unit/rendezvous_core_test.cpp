@@ -18,8 +18,9 @@ struct Job {
   std::set<MemberId> agents;
   explicit Job(Settings s) : rdzv(s) {}
   std::vector<Output> join(MemberId id, std::string name, int nproc = 1, std::string addr = "", bool host = false,
-                           std::optional<int> rank = std::nullopt) {
+                           std::optional<int> rank = std::nullopt, std::optional<int> launch_order = std::nullopt) {
     JoinRequest r;
+    r.launch_order = launch_order;
     r.node_name = std::move(name);
     r.address = addr.empty() ? r.node_name + ".cluster" : addr;
     r.local_world_size = nproc;
@@ -121,6 +122,19 @@ TEST_CASE("the hosting node gets node rank 0", "[rdzv]") {
   auto assigns = all<out::Assign>(job.join(2, "zzz", 1, "", true));
   CHECK(assign_of(assigns, 2).group_rank == 0);
   CHECK(assign_of(assigns, 1).group_rank == 1);
+}
+
+TEST_CASE("nodes a launching command started take their host-list order, ahead of the others", "[rdzv]") {
+  Job job(settings(4, 4));
+  job.join(1, "aaa", 1, "", true);                 // the host, no order: after the ordered ones
+  job.join(2, "bbb", 1, "", false, std::nullopt, 2);
+  job.join(3, "ccc", 1, "", false, std::nullopt, 0);
+  auto assigns = all<out::Assign>(job.join(4, "ddd", 1, "", false, std::nullopt, 1));
+  REQUIRE(assigns.size() == 4);
+  CHECK(assign_of(assigns, 3).group_rank == 0);
+  CHECK(assign_of(assigns, 4).group_rank == 1);
+  CHECK(assign_of(assigns, 2).group_rank == 2);
+  CHECK(assign_of(assigns, 1).group_rank == 3);
 }
 
 TEST_CASE("the static backend uses the node ranks it is given and waits for max", "[rdzv]") {
