@@ -45,20 +45,29 @@ using Clock = std::chrono::steady_clock;
 
 int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
+// One output pipe of an ssh session.
+struct Stream {
+  Stream(asio::io_context& io, bool err) : fd(io), is_stderr(err) {}
+  asio::posix::stream_descriptor fd;
+  LineSplitter lines;
+  std::array<char, 16384> buf{};
+  bool open = false;
+  bool is_stderr;
+};
+
 // One host's ssh session: the child, its three pipes, what it said.
 struct Session {
-  Session(asio::io_context& io, RemoteHost h) : host(std::move(h)), in(io), out(io), err(io), exit_watch(io) {}
+  Session(asio::io_context& io, RemoteHost h)
+      : host(std::move(h)), in(io), exit_watch(io), out(io, false), err(io, true) {}
   enum class State { waiting, connecting, ready, ended };
   RemoteHost host;
   State state = State::waiting;
   pid_t pid = -1;
-  asio::posix::stream_descriptor in, out, err, exit_watch;
-  LineSplitter out_lines, err_lines;
-  std::array<char, 16384> out_buf{}, err_buf{};
+  asio::posix::stream_descriptor in, exit_watch;
+  Stream out, err;
   std::deque<std::string> err_tail;
   std::deque<std::string> to_send;  // channel lines not written yet
   bool writing = false;
-  bool out_open = false, err_open = false;
   std::optional<int> exit_code;  // the child's, once reaped (128+N for a signal)
   Clock::time_point started{};
   Clock::time_point exited_at{};
@@ -87,8 +96,7 @@ class Fanout {
   Status open_rendezvous();
   void start_more();
   void spawn(Session& s);
-  void read_out(Session& s);
-  void read_err(Session& s);
+  void read(Session& s, Stream& stream);
   void watch_exit(Session& s);
   void send(Session& s, std::string line);
   void flush(Session& s);
@@ -319,14 +327,14 @@ void Fanout::spawn(Session& s) {
   ++connecting_;
   fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
   s.in.assign(in_pipe[1]);
-  s.out.assign(out_pipe[0]);
-  s.err.assign(err_pipe[0]);
-  s.out_open = s.err_open = true;
+  s.out.fd.assign(out_pipe[0]);
+  s.err.fd.assign(err_pipe[0]);
+  s.out.open = s.err.open = true;
   int pfd = pidfd_open(pid);
   if (pfd >= 0) s.exit_watch.assign(pfd);
   send(s, channel::encode_header(header));
-  read_out(s);
-  read_err(s);
+  read(s, s.out);
+  read(s, s.err);
   watch_exit(s);
 }
 
@@ -352,47 +360,34 @@ void Fanout::flush(Session& s) {
   });
 }
 
-void Fanout::read_out(Session& s) {
-  s.out.async_read_some(asio::buffer(s.out_buf), [this, &s](const boost::system::error_code& ec, std::size_t n) {
-    auto emit = [this, &s](std::string_view line, bool) {
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (!s.first_line_seen) {
+// One of a session's output pipes, line by line: each line goes on whole,
+// prefixed with its host; stdout's first line may be the agent's ready line,
+// and stderr's last lines are kept to quote should the host fail.
+void Fanout::read(Session& s, Stream& stream) {
+  stream.fd.async_read_some(asio::buffer(stream.buf), [this, &s, &stream](const boost::system::error_code& ec,
+                                                                          std::size_t n) {
+    auto emit = [this, &s, &stream](std::string_view line, bool) {
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // ssh ends its own messages with CR LF
+      if (!stream.is_stderr && !s.first_line_seen) {
         s.first_line_seen = true;
         if (line.rfind(channel::kReadyLine, 0) == 0) return on_ready(s);
       }
       std::string text = s.host.entry.name + ": ";
       text.append(line);
       text += "\n";
-      writer_.push(out_, text);
+      writer_.push(stream.is_stderr ? err_ : out_, text);
+      if (stream.is_stderr) {
+        s.err_tail.emplace_back(line.substr(0, 400));
+        if (s.err_tail.size() > kStderrTail) s.err_tail.pop_front();
+      }
     };
     if (ec) {
-      s.out_lines.finish(emit);
-      s.out_open = false;
+      stream.lines.finish(emit);
+      stream.open = false;
       return maybe_ended(s);
     }
-    s.out_lines.feed(std::string_view(s.out_buf.data(), n), emit);
-    read_out(s);
-  });
-}
-
-void Fanout::read_err(Session& s) {
-  s.err.async_read_some(asio::buffer(s.err_buf), [this, &s](const boost::system::error_code& ec, std::size_t n) {
-    auto emit = [this, &s](std::string_view line, bool) {
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      std::string text = s.host.entry.name + ": ";
-      text.append(line);
-      text += "\n";
-      writer_.push(err_, text);
-      s.err_tail.emplace_back(line.substr(0, 400));
-      if (s.err_tail.size() > kStderrTail) s.err_tail.pop_front();
-    };
-    if (ec) {
-      s.err_lines.finish(emit);
-      s.err_open = false;
-      return maybe_ended(s);
-    }
-    s.err_lines.feed(std::string_view(s.err_buf.data(), n), emit);
-    read_err(s);
+    stream.lines.feed(std::string_view(stream.buf.data(), n), emit);
+    read(s, stream);
   });
 }
 
@@ -426,7 +421,7 @@ void Fanout::on_ready(Session& s) {
 // A session ends when ssh has exited and both its pipes are drained (its last
 // message is in hand); the tick closes pipes a stray holder keeps open.
 void Fanout::maybe_ended(Session& s) {
-  if (s.state == Session::State::ended || !s.exit_code || s.out_open || s.err_open) return;
+  if (s.state == Session::State::ended || !s.exit_code || s.out.open || s.err.open) return;
   on_ended(s);
 }
 
@@ -561,11 +556,11 @@ void Fanout::on_tick() {
       kill(-s->pid, SIGTERM);
     }
     // ssh is gone but something else holds its pipes: stop waiting for them.
-    if (s->state != Session::State::ended && s->exit_code && (s->out_open || s->err_open) &&
+    if (s->state != Session::State::ended && s->exit_code && (s->out.open || s->err.open) &&
         now - s->exited_at > std::chrono::seconds(2)) {
       boost::system::error_code ignore;
-      s->out.cancel(ignore);
-      s->err.cancel(ignore);
+      s->out.fd.cancel(ignore);
+      s->err.fd.cancel(ignore);
     }
   }
   tick_.expires_after(channel::kHeartbeat);

@@ -24,7 +24,8 @@ _muster() {
       --local[-_]ranks[-_]filter | --duplicate[-_]std*[-_]filters | --node[-_]rank | --master[-_]addr | \
       --master[-_]port | --local[-_]addr | --logs[-_]specs | --numa[-_]binding | --signals[-_]to[-_]handle | \
       --shutdown[-_]timeout | --auth[-_]key[-_]file | --metrics[-_]listen | --worker[-_]timeout | \
-      --health[-_]check | --health[-_]check[-_]timeout) ((i++)) ;;
+      --health[-_]check | --health[-_]check[-_]timeout | --hostfile | --hosts | --include | --exclude | \
+      --export | --from[-_]launcher) ((i++)) ;;
       -*) ;;
       *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
@@ -35,7 +36,7 @@ _muster() {
     --start-method | --start_method) COMPREPLY=($(compgen -W "spawn fork forkserver" -- "$cur")); return ;;
     --numa-binding | --numa_binding) COMPREPLY=($(compgen -W "node socket exclusive core-complex" -- "$cur")); return ;;
     --log-dir | --log_dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
-    --auth-key-file | --auth_key_file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --auth-key-file | --auth_key_file | --hostfile) COMPREPLY=($(compgen -f -- "$cur")); return ;;
   esac
   if [[ $cur == -* ]]; then
     COMPREPLY=($(compgen -W "$(_muster_options "${COMP_WORDS[0]}")" -- "$cur"))

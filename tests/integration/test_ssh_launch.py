@@ -109,23 +109,22 @@ def test_a_failing_rank_gives_exit_1_and_one_job_wide_report(hosts, tmp_path):
     assert time.monotonic() - start < 60 * SLACK
 
 
-def test_hosts_option_include_and_exclude_pick_hosts_and_slots(hosts, tmp_path):
-    out = tmp_path / "out"
+def dumped_envs(hosts, tmp_path, name, args):
+    """The workers' environments of a dump_env.py job launched with args."""
+    out = tmp_path / name
     out.mkdir()
-    r = launch(["--hosts=127.0.0.2:2,127.0.0.3:2", "--exclude=127.0.0.2:1", str(DATA / "dump_env.py"), str(out)],
-               hosts, tmp_path)
+    r = launch([*args, str(DATA / "dump_env.py"), str(out)], hosts, tmp_path)
     assert r.returncode == 0, r.stderr
-    envs = [d["env"] for d in read_json_files(out).values()]
+    return [d["env"] for d in read_json_files(out).values()]
+
+
+def test_hosts_option_include_and_exclude_pick_hosts_and_slots(hosts, tmp_path):
+    envs = dumped_envs(hosts, tmp_path, "out", ["--hosts=127.0.0.2:2,127.0.0.3:2", "--exclude=127.0.0.2:1"])
     assert len(envs) == 3 and all(e["WORLD_SIZE"] == "3" for e in envs)
     first = [e for e in envs if e["GROUP_RANK"] == "0"]
     assert len(first) == 1 and first[0]["CUDA_VISIBLE_DEVICES"] == "0" and first[0]["MUSTER_NODE_ID"] == "ssh-node-0"
 
-    out2 = tmp_path / "out2"
-    out2.mkdir()
-    r = launch(["--hosts=127.0.0.2:2,127.0.0.3:2", "--include=127.0.0.3", str(DATA / "dump_env.py"), str(out2)],
-               hosts, tmp_path)
-    assert r.returncode == 0, r.stderr
-    envs = [d["env"] for d in read_json_files(out2).values()]
+    envs = dumped_envs(hosts, tmp_path, "out2", ["--hosts=127.0.0.2:2,127.0.0.3:2", "--include=127.0.0.3"])
     assert len(envs) == 2 and {e["MUSTER_NODE_ID"] for e in envs} == {"ssh-node-1"}
 
 
