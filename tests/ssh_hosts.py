@@ -49,11 +49,14 @@ class SshHosts:
     """`count` hosts at 127.0.0.2.. behind one sshd. `ssh_env()` is what a
     launching muster needs (MUSTER_SSH)."""
 
-    def __init__(self, scratch, count, node_ids=True, slack=1.0):
+    def __init__(self, scratch, count, node_ids=True, slack=1.0, netns=None):
+        """netns: {address: network namespace} to run one sshd per address
+        inside its namespace instead (the addresses are the namespaces')."""
         self.dir = Path(scratch)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.addresses = [f"127.0.0.{i + 2}" for i in range(count)]
-        self.port = _free_port(self.addresses)
+        self.netns = netns or {}
+        self.addresses = list(self.netns) if self.netns else [f"127.0.0.{i + 2}" for i in range(count)]
+        self.port = 2222 if self.netns else _free_port(self.addresses)
         self.slack = slack
         d = self.dir
         for name in ("host_key", "client_key", "stranger_key"):
@@ -83,10 +86,12 @@ LogLevel ERROR
 """
         # sshd listens on at most 16 sockets: one server per 16 addresses.
         groups = [self.addresses[i:i + MAX_LISTEN] for i in range(0, len(self.addresses), MAX_LISTEN)]
+        if self.netns:
+            groups = [[a] for a in self.addresses]
         for g, group in enumerate(groups):
             listen = "".join(f"ListenAddress {a}\n" for a in group)
             (d / f"sshd_config.{g}").write_text(common + listen + f"PidFile {d}/sshd.{g}.pid\n")
-        client = [f"""Host 127.0.0.*
+        client = [f"""Host {" ".join(self.addresses)}
   Port {self.port}
   User {user}
   IdentityFile {d}/client_key
@@ -104,15 +109,21 @@ LogLevel ERROR
             # sshd's privilege separation folder (a run-time folder, no configuration).
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self.log = open(d / "sshd.log", "w")
-        self.procs = [subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / f"sshd_config.{g}")], stdout=self.log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+        def in_ns(g):
+            return ["ip", "netns", "exec", self.netns[groups[g][0]]] if self.netns else []
+        self.procs = [subprocess.Popen([*in_ns(g), SSHD, "-D", "-e", "-f", str(d / f"sshd_config.{g}")],
+                                       stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
                       for g in range(len(groups))]
         deadline = time.monotonic() + 20 * slack
         while time.monotonic() < deadline:
             if any(p.poll() is not None for p in self.procs):
                 self.close()
                 raise RuntimeError("sshd did not start: " + (d / "sshd.log").read_text())
-            if all(self._listening(a) for a in self.addresses):
+            # sshd writes its pid file once it listens; a namespace's address
+            # cannot be tried from here.
+            if self.netns and all((d / f"sshd.{g}.pid").exists() for g in range(len(groups))):
+                return
+            if not self.netns and all(self._listening(a) for a in self.addresses):
                 return
             time.sleep(0.05)
         self.close()

@@ -4,6 +4,7 @@ scratch folder on 127.0.0.2, 127.0.0.3, ...; ssh_hosts.py)."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -40,6 +41,13 @@ def launch(args, hosts, cwd, env=None, timeout=120):
 def agents_of(run_id):
     """Pids of the remote agents (and anything else) whose command line names run_id."""
     out = subprocess.run(["pgrep", "-f", "--", f"--rdzv-id={run_id}"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def remote_agents(run_id):
+    """Pids of the agents a launching command started for run_id."""
+    out = subprocess.run(["pgrep", "-f", "--", f"^{MUSTER} .*--rdzv-id={run_id} .*--from-launcher"],
+                         capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
@@ -162,7 +170,9 @@ def test_an_unreachable_host_is_named_quickly_and_the_others_stop(hosts, tmp_pat
 
 def test_a_failing_authentication_is_named(hosts, tmp_path):
     env = launch_env(hosts, MUSTER_SSH=hosts.ssh_command(hosts.stranger_config()))
+    start = time.monotonic()
     r = launch(["--hosts=127.0.0.2", str(DATA / "dump_env.py"), str(tmp_path)], hosts, tmp_path, env)
+    assert time.monotonic() - start < 30 * SLACK
     assert r.returncode == 1
     assert "host 127.0.0.2: ssh could not reach or log in to it" in r.stderr and "Permission denied" in r.stderr, \
         r.stderr
@@ -305,3 +315,79 @@ def test_an_elastic_job_goes_on_without_an_unreachable_host(hosts, tmp_path):
     # The job ran to its end on the host it had: the job's status.
     assert r.returncode == 0, r.stderr
     assert "muster: the job went on without 1 of 2 hosts" in r.stderr
+
+
+NETNS_SUBNET = "198.18.7"  # RFC 2544 benchmarking addresses, only ever inside the test's namespaces
+
+
+def _ip(*args, ns=None):
+    cmd = ["ip", *(["netns", "exec", ns, "ip"] if ns else []), *args]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+
+
+@pytest.fixture
+def netns_hosts(tmp_path):
+    """A launching host and two hosts in network namespaces of their own, on a
+    bridge in a fourth (the switch), each host with its own sshd."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2 (ip)")
+    tag = f"s{os.getpid() % 100000}"
+    sw, names = f"{tag}sw", [f"{tag}l", f"{tag}a", f"{tag}b"]
+    made = []
+    hosts = None
+    try:
+        _ip("netns", "add", sw)
+        made.append(sw)
+        _ip("link", "add", "br0", "type", "bridge", ns=sw)
+        _ip("link", "set", "br0", "up", ns=sw)
+        for i, n in enumerate(names, start=1):
+            _ip("netns", "add", n)
+            made.append(n)
+            _ip("link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", n, ns=sw)
+            _ip("link", "set", f"v{i}", "master", "br0", ns=sw)
+            _ip("link", "set", f"v{i}", "up", ns=sw)
+            _ip("addr", "add", f"{NETNS_SUBNET}.{i}/24", "dev", "eth0", ns=n)
+            _ip("link", "set", "eth0", "up", ns=n)
+            _ip("link", "set", "lo", "up", ns=n)
+        hosts = ssh_hosts.SshHosts(tmp_path / "sshd", 2, slack=SLACK,
+                                   netns={f"{NETNS_SUBNET}.2": names[1], f"{NETNS_SUBNET}.3": names[2]})
+        yield hosts, sw, names[0]
+    finally:
+        if hosts:
+            hosts.close()
+        for n in reversed(made):
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=20)
+
+
+def test_a_dropped_network_to_the_launching_host_ends_the_job_on_every_host(netns_hosts, tmp_path):
+    hosts, switch, launcher_ns = netns_hosts
+    out = tmp_path / "pids"
+    out.mkdir()
+    run_id = "sshlaunch-netdrop"
+    proc = subprocess.Popen(["ip", "netns", "exec", launcher_ns, MUSTER,
+                             f"--hosts={NETNS_SUBNET}.2:2,{NETNS_SUBNET}.3:1", f"--rdzv-id={run_id}",
+                             "--shutdown-timeout=5", str(DATA / "sleeper.py"), str(out), "hold=300"],
+                            env=launch_env(hosts), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert wait_for(lambda: len(list(out.glob("pid_*"))) == 3 or proc.poll() is not None, 60 * SLACK), \
+            (proc.poll(), proc.poll() is not None and proc.communicate())
+        pids = [int(p.read_text().split()[0]) for p in out.glob("pid_*")]
+        # The launching host's link goes down: nothing is closed, nothing arrives.
+        cut = time.monotonic()
+        _ip("link", "set", "v1", "down", ns=switch)
+        # The remote agents hear no heartbeat and end their jobs (the ssh
+        # clients on the launching host stay until their keep-alives give up).
+        assert wait_for(lambda: not remote_agents(run_id) and not any(pid_alive(p) for p in pids), 40 * SLACK), \
+            (remote_agents(run_id), [p for p in pids if pid_alive(p)])
+        took = time.monotonic() - cut
+        assert took >= 9, f"the remote agents ended after {took:.1f} s, before their 10 s silence limit"
+        # The launching command's ssh sessions give up on the silent hosts (ssh's
+        # keep-alives): it names them and exits with the job's failure.
+        _, err = proc.communicate(timeout=60 * SLACK)
+        assert proc.returncode == 1, err
+        assert "its ssh connection was lost" in err or "its agent ended" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
