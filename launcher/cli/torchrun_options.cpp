@@ -154,7 +154,7 @@ std::string help_text(const std::string& prog) {
   out +=
       "\nmuster: the torchrun-compatible launcher for distributed training. Every torchrun option also\n"
       "reads its default from PET_<NAME> (e.g. PET_NPROC_PER_NODE); muster's own (" + own_names + ")\n"
-      "read the MUSTER_* variable their help names.\n\n"
+      "read no PET_ variable; those whose help names a MUSTER_* variable read it.\n\n"
       "positional arguments:\n"
       "  training_script       the program or script to run in every worker, followed by its arguments\n"
       "  training_script_args\n\noptions:\n";
