@@ -52,6 +52,20 @@ Status parse_nnodes_range(const std::string& text, int& lo, int& hi) {
   return {};
 }
 
+bool valid_utf8(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (std::size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
 bool default_export(const std::string& name) {
   if (std::find(kNeverExported.begin(), kNeverExported.end(), name) != kNeverExported.end()) return false;
   for (const auto& p : kDefaultExportPrefixes) {
@@ -268,6 +282,18 @@ Result<FanoutConfig> resolve_fanout(const ParsedArgs& args, const Environment& e
   if (fc.exports.size() > channel::kMaxEnvEntries) {
     return invalid("more than " + std::to_string(channel::kMaxEnvEntries) + " variables to carry to the hosts");
   }
+  std::size_t total = 0;
+  for (const auto& [name, value] : fc.exports) {
+    if (!valid_utf8(value)) {
+      return invalid("the value of " + name + " is not UTF-8 text, which the launch cannot carry to the hosts; "
+                     "unset it or give it with --export " + name + "=VALUE");
+    }
+    total += name.size() + value.size() + 8;
+  }
+  if (total > channel::kMaxHeaderBytes / 2) {
+    return invalid("the variables to carry to the hosts take " + std::to_string(total) + " bytes, more than " +
+                   std::to_string(channel::kMaxHeaderBytes / 2) + "; carry fewer (docs/launching.md lists the defaults)");
+  }
 
   fc.working_dir = facts.working_dir;
   fc.muster_path = facts.muster_path;
@@ -326,6 +352,7 @@ std::vector<std::string> ssh_argv(const FanoutConfig& fc, const RemoteHost& host
                           "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR"}) {
     argv.emplace_back(opt);
   }
+  argv.emplace_back("--");  // the host is never taken for an option
   argv.push_back(host.entry.target);
   argv.push_back(command);
   return argv;

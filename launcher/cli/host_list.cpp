@@ -40,7 +40,7 @@ Status parse_host_token(std::string_view token, const std::string& where, HostEn
       return bad(where, "'" + std::string(token) + "': an IPv6 address goes in brackets, as [fe80::1]");
     }
     address = std::string(host.substr(1, host.size() - 2));
-    bool ok = address.find(':') != std::string::npos &&
+    bool ok = address.find(':') != std::string::npos && address.front() != '-' &&
               std::all_of(address.begin(), address.end(), [](char c) {
                 return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.' || c == '%' ||
                        name_char(c);
@@ -259,10 +259,12 @@ Result<std::vector<HostEntry>> select_hosts(std::vector<HostEntry> hosts, std::s
   if (!specs.ok()) return specs.status();
   std::map<std::string, const SlotSpec*> by_host;
   for (const auto& s : *specs) {
-    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const HostEntry& h) { return host_part(h) == s.host; });
-    if (it == hosts.end()) return bad(option, "host " + s.host + " is not among the hosts given");
+    auto matches = std::count_if(hosts.begin(), hosts.end(), [&](const HostEntry& h) { return host_part(h) == s.host; });
+    if (matches == 0) return bad(option, "host " + s.host + " is not among the hosts given");
     if (!by_host.emplace(s.host, &s).second) return bad(option, "host " + s.host + " is named twice");
-    if (s.slots) {
+    // Every entry of that host (user@host lines) is checked.
+    for (auto it = hosts.begin(); s.slots && it != hosts.end(); ++it) {
+      if (host_part(*it) != s.host) continue;
       std::optional<int> slots = it->slots ? it->slots : default_slots;
       if (!slots) {
         return bad(option, "host " + s.host +

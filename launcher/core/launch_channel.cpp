@@ -31,7 +31,8 @@ std::string encode_header(const Header& h) {
             {"rdzv_endpoint", h.rdzv_endpoint},
             {"env", h.env}};
   if (h.key_hex) j["key"] = *h.key_hex;
-  return j.dump() + "\n";
+  // resolve_fanout refuses text that is not UTF-8; never throw here.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 Result<Header> decode_header(std::string_view line) {

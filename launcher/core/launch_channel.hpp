@@ -11,7 +11,8 @@
 // absent when the launcher does not host the rendezvous; env: the variables
 // the agent and its workers get. Then, one a line: "h" (a heartbeat, every
 // heartbeat_ms) and "stop SIGNAME" (end the job as that signal would). End of
-// input, or no line for kLauncherSilence, means the launcher is gone. The
+// input, or no line for kSilentBeats heartbeat intervals, means the launcher
+// is gone. The
 // agent answers on its standard output, once, with the line kReadyLine
 // followed by its version, before anything else it writes there.
 // Everything the agent reads is checked: sizes, names, types.
@@ -33,8 +34,9 @@ constexpr std::size_t kMaxHeaderBytes = 1024 * 1024;
 constexpr std::size_t kMaxRecordBytes = 256;
 constexpr std::size_t kMaxEnvEntries = 4096;
 constexpr std::chrono::milliseconds kHeartbeat{1000};
-// No record for this long: the launcher (or the network to it) is gone.
-constexpr std::chrono::milliseconds kLauncherSilence{10000};
+// No record for this many heartbeat intervals (10 s by default): the
+// launcher, or the network to it, is gone.
+constexpr int kSilentBeats = 10;
 // How long an agent waits for the header once started.
 constexpr std::chrono::milliseconds kHeaderWait{30000};
 // The agent's first line on its standard output.

@@ -93,8 +93,8 @@ int Agent::run() {
   return code;
 }
 
-void Agent::attach_launcher(net::UniqueFd channel) {
-  launcher_ = std::make_unique<LauncherLink>(io_, std::move(channel), channel::kLauncherSilence,
+void Agent::attach_launcher(net::UniqueFd channel, std::chrono::milliseconds silence) {
+  launcher_ = std::make_unique<LauncherLink>(io_, std::move(channel), silence,
                                              [this](int signo, const std::string&) { on_signal(signo); });
   launcher_->start();
 }

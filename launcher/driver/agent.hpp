@@ -59,7 +59,8 @@ class Agent {
   int run();
   // An agent started by a launching command over ssh: that command's channel
   // (launcher_link.hpp), whose stop orders and end end the job as a signal.
-  void attach_launcher(net::UniqueFd channel);
+  // silence: how long without a word from it means it is gone.
+  void attach_launcher(net::UniqueFd channel, std::chrono::milliseconds silence);
   // The agent's state for --metrics-listen, as of now.
   AgentMetrics metrics() const;
 

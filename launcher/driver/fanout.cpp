@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "async_writer.hpp"
+#include "console_log.hpp"
 #include "launch_channel.hpp"
 #include "line_splitter.hpp"
 #include "muster/common/endpoint.hpp"
@@ -43,6 +44,8 @@ namespace {
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
+constexpr std::size_t kReadChunk = 16384;
+
 int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 // One output pipe of an ssh session.
@@ -50,7 +53,7 @@ struct Stream {
   Stream(asio::io_context& io, bool err) : fd(io), is_stderr(err) {}
   asio::posix::stream_descriptor fd;
   LineSplitter lines;
-  std::array<char, 16384> buf{};
+  std::vector<char> buf;  // allocated when the session starts
   bool open = false;
   bool is_stderr;
 };
@@ -58,7 +61,7 @@ struct Stream {
 // One host's ssh session: the child, its three pipes, what it said.
 struct Session {
   Session(asio::io_context& io, RemoteHost h)
-      : host(std::move(h)), in(io), exit_watch(io), out(io, false), err(io, true) {}
+      : host(std::move(h)), in(io), exit_watch(io), out(io, false), err(io, true), decide(io) {}
   enum class State { waiting, connecting, ready, ended };
   RemoteHost host;
   State state = State::waiting;
@@ -71,8 +74,11 @@ struct Session {
   std::optional<int> exit_code;  // the child's, once reaped (128+N for a signal)
   Clock::time_point started{};
   Clock::time_point exited_at{};
-  bool first_line_seen = false;
+  bool ready_seen = false;
+  std::optional<Clock::time_point> setup_killed;  // when the set-up limit's SIGTERM went
   bool left_out = false;  // an elastic job went on without it
+  std::optional<std::string> pending_why;  // a failure not yet classified (decide())
+  asio::steady_timer decide;
 };
 
 class Fanout {
@@ -82,22 +88,27 @@ class Fanout {
         fc_(std::move(fc)),
         signals_(signals),
         writer_(io, [](const std::string&, int) {}),
+        out_(writer_.add_borrowed(STDOUT_FILENO, "stdout")),
+        err_(writer_.add_borrowed(STDERR_FILENO, "stderr")),
+        console_(writer_, err_),
         tick_(io),
         stop_timer_(io),
         grace_timer_(io) {
-    out_ = writer_.add_borrowed(STDOUT_FILENO, "stdout");
-    err_ = writer_.add_borrowed(STDERR_FILENO, "stderr");
   }
 
   int run();
 
  private:
-  void say(const std::string& text) { writer_.push(err_, "muster: " + text + "\n"); }
+  void say(const std::string& text) { console_.say("muster: " + text + "\n"); }
   Status open_rendezvous();
   void start_more();
   void spawn(Session& s);
   void read(Session& s, Stream& stream);
   void watch_exit(Session& s);
+  bool reap(Session& s);
+  void decide(Session& s);
+  void lost(Session& s, const std::string& why);
+  int alive() const;
   void send(Session& s, std::string line);
   void flush(Session& s);
   void on_ready(Session& s);
@@ -115,6 +126,9 @@ class Fanout {
   SignalSource& signals_;
   AsyncWriter writer_;
   AsyncWriter::Sink out_, err_;
+  // This command's log lines and messages go through the writer: a stderr
+  // nobody reads never holds the loop (and with it the heartbeats).
+  ConsoleLog console_;
   asio::steady_timer tick_, stop_timer_, grace_timer_;
   std::vector<std::unique_ptr<Session>> sessions_;
   std::size_t next_ = 0;
@@ -192,6 +206,7 @@ Status Fanout::open_rendezvous() {
   key_hex_ = rendezvous::auth::to_hex(key.value());
   if (rdzv_conf_.find("is_host=") == std::string::npos) rdzv_conf_ += (rdzv_conf_.empty() ? "" : ",") + std::string("is_host=false");
   const int port = server_ ? server_->port() : host_->port();
+  const std::string where = server_ ? "127.0.0.1:" + std::to_string(port) : fc_.rdzv_endpoint;
   log::info("the job's rendezvous runs in this command on port " + std::to_string(port) +
             ", authenticated with a key made for this job");
   key_file_ = write_key_file(fc_.rdzv_id, key.value());
@@ -199,7 +214,7 @@ Status Fanout::open_rendezvous() {
     say("could not keep the job's key in a private file: musterctl cannot inspect this job");
   } else {
     say("job " + fc_.rdzv_id + " on " + std::to_string(fc_.hosts.size()) + " hosts; inspect it with: musterctl "
-        "--endpoint=127.0.0.1:" + std::to_string(port) + " --auth-key-file=" + key_file_ + " job " + fc_.rdzv_id);
+        "--endpoint=" + where + " --auth-key-file=" + key_file_ + " job " + fc_.rdzv_id);
   }
   return {};
 }
@@ -220,7 +235,10 @@ int Fanout::run() {
   if (!key_file_.empty()) unlink(key_file_.c_str());
   writer_.finish(std::chrono::seconds(std::max(1, fc_.shutdown_timeout)));
   bool all_ok = !stopped_by_signal_;
-  for (const auto& s : sessions_) all_ok = all_ok && (s->left_out || (s->exit_code && *s->exit_code == 0));
+  for (const auto& s : sessions_) {
+    all_ok = all_ok && (s->left_out || (s->exit_code && *s->exit_code == 0));
+    if (s->pending_why) failures_.push_back(s->host.entry.name + ": " + *s->pending_why);
+  }
   if (!failures_.empty()) {
     std::string text = "muster: the job failed on " + std::to_string(failures_.size()) + " of " +
                        std::to_string(sessions_.size()) + " hosts:\n";
@@ -273,6 +291,8 @@ void Fanout::spawn(Session& s) {
   header.env = fc_.exports;
   if (s.host.cuda_visible_devices) header.env["CUDA_VISIBLE_DEVICES"] = *s.host.cuda_visible_devices;
 
+  const std::string header_line = channel::encode_header(header);
+
   int in_pipe[2], out_pipe[2], err_pipe[2];
   if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
     failures_.push_back(s.host.entry.name + ": cannot make pipes: " + std::strerror(errno));
@@ -288,12 +308,16 @@ void Fanout::spawn(Session& s) {
   if (pid == 0) {
     // Its own process group: the terminal's signals reach the launching
     // command alone. It dies with the launching command.
-    setpgid(0, 0);
+    // A session of its own: no controlling terminal, and a process group
+    // the terminal's signals do not reach.
+    setsid();
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(255);
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
+    // Nothing of this command's (the rendezvous's sockets) goes with it.
+    syscall(SYS_close_range, 3U, ~0U, 0U);
     for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
@@ -320,7 +344,6 @@ void Fanout::spawn(Session& s) {
     stop_all(SIGTERM, "a host could not be started");
     return;
   }
-  setpgid(pid, pid);
   s.pid = pid;
   s.started = Clock::now();
   s.state = Session::State::connecting;
@@ -329,10 +352,12 @@ void Fanout::spawn(Session& s) {
   s.in.assign(in_pipe[1]);
   s.out.fd.assign(out_pipe[0]);
   s.err.fd.assign(err_pipe[0]);
+  s.out.buf.resize(kReadChunk);
+  s.err.buf.resize(kReadChunk);
   s.out.open = s.err.open = true;
   int pfd = pidfd_open(pid);
   if (pfd >= 0) s.exit_watch.assign(pfd);
-  send(s, channel::encode_header(header));
+  send(s, header_line);
   read(s, s.out);
   read(s, s.err);
   watch_exit(s);
@@ -368,9 +393,11 @@ void Fanout::read(Session& s, Stream& stream) {
                                                                           std::size_t n) {
     auto emit = [this, &s, &stream](std::string_view line, bool) {
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // ssh ends its own messages with CR LF
-      if (!stream.is_stderr && !s.first_line_seen) {
-        s.first_line_seen = true;
-        if (line.rfind(channel::kReadyLine, 0) == 0) return on_ready(s);
+      // What a login shell prints before muster starts comes first; the
+      // agent's ready line is the first of its own.
+      if (!stream.is_stderr && !s.ready_seen && line.rfind(channel::kReadyLine, 0) == 0) {
+        s.ready_seen = true;
+        return on_ready(s);
       }
       std::string text = s.host.entry.name + ": ";
       text.append(line);
@@ -387,7 +414,14 @@ void Fanout::read(Session& s, Stream& stream) {
       return maybe_ended(s);
     }
     stream.lines.feed(std::string_view(stream.buf.data(), n), emit);
-    read(s, stream);
+    // A console that does not keep up holds the pipe: ssh, and the host's
+    // workers behind it, wait rather than this command's memory growing.
+    const auto sink = stream.is_stderr ? err_ : out_;
+    if (writer_.full(sink)) {
+      writer_.when_room(sink, [this, &s, &stream] { read(s, stream); });
+    } else {
+      read(s, stream);
+    }
   });
 }
 
@@ -395,14 +429,26 @@ void Fanout::watch_exit(Session& s) {
   if (!s.exit_watch.is_open()) return;
   s.exit_watch.async_wait(asio::posix::stream_descriptor::wait_read, [this, &s](const boost::system::error_code& ec) {
     if (ec) return;
-    int status = 0;
-    if (waitpid(s.pid, &status, WNOHANG) != s.pid) return watch_exit(s);
-    s.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    s.exited_at = Clock::now();
+    if (!reap(s)) return watch_exit(s);
     boost::system::error_code ignore;
     s.exit_watch.close(ignore);
     maybe_ended(s);
   });
+}
+
+// Whether the session's ssh has exited (its status taken).
+bool Fanout::reap(Session& s) {
+  if (s.exit_code) return true;
+  int status = 0;
+  pid_t r = waitpid(s.pid, &status, WNOHANG);
+  if (r == 0) return false;
+  if (r == s.pid) {
+    s.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  } else {
+    s.exit_code = 255;  // gone, its status lost (ECHILD)
+  }
+  s.exited_at = Clock::now();
+  return true;
 }
 
 void Fanout::on_ready(Session& s) {
@@ -438,12 +484,11 @@ void Fanout::on_ended(Session& s) {
   boost::system::error_code ignore;
   s.in.close(ignore);
   const int code = *s.exit_code;
-  const std::string& name = s.host.entry.name;
-  if (code != 0 && !(stopping_ && was_ready)) {
+  // What ends while the job is being stopped is the stop's doing.
+  if (code != 0 && !stopping_) {
     std::string why;
     if (!was_ready && code == 255) {
-      why = "ssh could not reach or log in to it: " + tail_of(s) +
-            " (check that `ssh " + s.host.entry.target +
+      why = "ssh could not reach or log in to it: " + tail_of(s) + " (check that `ssh " + s.host.entry.target +
             " true` works without a password or a question: keys, known_hosts, MUSTER_SSH)";
     } else if (!was_ready && code == kExitNoDirectory) {
       why = "the working directory " + fc_.working_dir + " is missing there";
@@ -456,35 +501,18 @@ void Fanout::on_ended(Session& s) {
     } else {
       why = "its agent ended with exit code " + std::to_string(code);
     }
-    bool counted = true;
-    if (!stopping_) {
-      // Was this the job's own end (a failure every agent learns of), or
-      // this host leaving a job that goes on?
-      std::optional<rendezvous::JobSummary> job;
-      if (server_) job = server_->job_summary(fc_.rdzv_id);
-      const bool job_ending = was_ready && code != 255 &&
-                              (!server_ || (job && job->state != "forming" && job->state != "running"));
-      int alive = 0;
-      for (const auto& o : sessions_) alive += o->state != Session::State::ended ? 1 : 0;
-      if (job_ending) {
-        // The other agents were told by the rendezvous; they get their
-        // shutdown grace period, and more, to end and say so.
-        grace_timer_.expires_after(std::chrono::seconds(fc_.shutdown_timeout) + kEndingGrace);
-        grace_timer_.async_wait([this](const boost::system::error_code& ec) {
-          if (!ec && !all_ended()) stop_all(SIGTERM, "the other hosts did not end after the job failed");
-        });
-      } else if (fc_.min_nodes < fc_.max_nodes && alive >= fc_.min_nodes) {
-        say("error: host " + name + ": " + why + "; the job goes on without it (hosts left: " + std::to_string(alive) +
-            ", --nnodes allows " + std::to_string(fc_.min_nodes) + ")");
-        counted = false;
-        s.left_out = true;
-        left_out_.push_back(name + ": " + why);
-      } else {
-        say("error: host " + name + ": " + why);
-        stop_all(SIGTERM, "host " + name + " failed");
-      }
+    if (was_ready && code != 255) {
+      // The job's own failure, which every agent learns of from the
+      // rendezvous, or this agent alone leaving a job that goes on: the
+      // rendezvous may not have read its last word yet, so ask it shortly.
+      s.pending_why = why;
+      s.decide.expires_after(kDecideAfter);
+      s.decide.async_wait([this, &s](const boost::system::error_code& ec) {
+        if (!ec) decide(s);
+      });
+    } else {
+      lost(s, why);
     }
-    if (counted) failures_.push_back(name + ": " + why);
   }
   start_more();
   if (all_ended()) {
@@ -492,9 +520,55 @@ void Fanout::on_ended(Session& s) {
     stop_timer_.cancel();
     grace_timer_.cancel();
     signals_.cancel();
+    for (auto& o : sessions_) o->decide.cancel();
     if (server_) server_->close();
     io_.stop();
   }
+}
+
+int Fanout::alive() const {
+  int n = 0;
+  for (const auto& o : sessions_) n += o->state != Session::State::ended ? 1 : 0;
+  return n;
+}
+
+// A host that left the job: it goes on without it where --nnodes allows.
+void Fanout::lost(Session& s, const std::string& why) {
+  const std::string& name = s.host.entry.name;
+  if (fc_.min_nodes < fc_.max_nodes && alive() >= fc_.min_nodes) {
+    say("error: host " + name + ": " + why + "; the job goes on without it (hosts left: " + std::to_string(alive()) +
+        ", --nnodes allows " + std::to_string(fc_.min_nodes) + ")");
+    s.left_out = true;
+    left_out_.push_back(name + ": " + why);
+    return;
+  }
+  failures_.push_back(name + ": " + why);
+  say("error: host " + name + ": " + why);
+  stop_all(SIGTERM, "host " + name + " failed");
+}
+
+void Fanout::decide(Session& s) {
+  if (!s.pending_why) return;
+  const std::string why = *s.pending_why;
+  s.pending_why.reset();
+  if (stopping_) {
+    failures_.push_back(s.host.entry.name + ": " + why);
+    return;
+  }
+  std::optional<rendezvous::JobSummary> job;
+  if (server_) job = server_->job_summary(fc_.rdzv_id);
+  // Without the rendezvous at hand (--rdzv-endpoint elsewhere): an elastic
+  // job may go on, a fixed one cannot.
+  const bool ending = server_ ? job && job->state != "forming" && job->state != "running"
+                              : fc_.min_nodes == fc_.max_nodes;
+  if (!ending) return lost(s, why);
+  failures_.push_back(s.host.entry.name + ": " + why);
+  // The other agents were told by the rendezvous; they get their shutdown
+  // grace period, and more, to end and say so.
+  grace_timer_.expires_after(std::chrono::seconds(fc_.shutdown_timeout) + kEndingGrace);
+  grace_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !all_ended()) stop_all(SIGTERM, "the other hosts did not end after the job failed");
+  });
 }
 
 bool Fanout::all_ended() const {
@@ -548,12 +622,21 @@ void Fanout::kill_sessions(int signo) {
 void Fanout::on_tick() {
   const auto now = Clock::now();
   for (auto& s : sessions_) {
-    if (s->state == Session::State::ready && !s->writing && s->to_send.empty()) {
-      send(*s, channel::encode(channel::record::Heartbeat{}));
+    const bool live = s->state == Session::State::ready || s->state == Session::State::connecting;
+    if (live && !s->writing && s->to_send.empty()) send(*s, channel::encode(channel::record::Heartbeat{}));
+    if (s->state == Session::State::connecting && now - s->started > kSetupLimit && s->pid > 0 && !s->exit_code) {
+      if (!s->setup_killed) {
+        s->setup_killed = now;
+        s->err_tail.push_back("no answer from muster there within " + std::to_string(kSetupLimit.count()) + " s");
+        if (s->err_tail.size() > kStderrTail) s->err_tail.pop_front();
+        kill(-s->pid, SIGTERM);
+      } else if (now - *s->setup_killed > std::chrono::seconds(5)) {
+        kill(-s->pid, SIGKILL);
+      }
     }
-    if (s->state == Session::State::connecting && now - s->started > kSetupLimit && s->pid > 0 && !stopping_) {
-      s->err_tail.push_back("no answer from muster there within " + std::to_string(kSetupLimit.count()) + " s");
-      kill(-s->pid, SIGTERM);
+    // Without a pidfd (an old kernel or a seccomp profile): look each tick.
+    if (s->pid > 0 && !s->exit_watch.is_open() && s->state != Session::State::waiting && !s->exit_code && reap(*s)) {
+      maybe_ended(*s);
     }
     // ssh is gone but something else holds its pipes: stop waiting for them.
     if (s->state != Session::State::ended && s->exit_code && (s->out.open || s->err.open) &&
@@ -573,6 +656,9 @@ void Fanout::on_tick() {
 
 int run_fanout(FanoutConfig fc, const Environment& env) {
   (void)env;
+  // Its ssh children are reaped through pidfds and waitpid: an inherited
+  // SIGCHLD=SIG_IGN would take their statuses.
+  signal(SIGCHLD, SIG_DFL);
   asio::io_context io(1);
   std::vector<int> handled = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   auto signals = SignalSource::open(io, handled);

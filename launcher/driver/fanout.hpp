@@ -30,6 +30,9 @@ constexpr std::chrono::seconds kStopSlack{15};
 // After a host's agent failed while the job was ending anyway, how long the
 // others get to end by themselves beyond --shutdown-timeout.
 constexpr std::chrono::seconds kEndingGrace{30};
+// A ready host's agent failed: how long the rendezvous gets to take in its
+// last word before the launching command asks whether the job is ending.
+constexpr std::chrono::seconds kDecideAfter{2};
 // Lines of a host's stderr kept to quote when it fails.
 constexpr std::size_t kStderrTail = 4;
 

@@ -342,6 +342,9 @@ int main(int argc, char** argv) {
     metrics = std::move(m.value());
     muster::log::info("metrics on http://" + metrics->endpoint() + "/metrics");
   }
-  if (launch_channel) agent.attach_launcher(std::move(launch_channel));
+  if (launch_channel) {
+    agent.attach_launcher(std::move(launch_channel),
+                          std::chrono::milliseconds(channel::kSilentBeats * launched->heartbeat_ms));
+  }
   return agent.run();
 }

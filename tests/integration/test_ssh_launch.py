@@ -16,6 +16,8 @@ import ssh_hosts
 from muster_testing import DATA, MUSTER, SLACK, RdzvConn, base_env, pid_alive, read_json_files, wait_for
 
 MUSTERCTL = os.environ.get("MUSTERCTL_BIN") or str(Path(MUSTER).parents[1] / "rendezvous" / "musterctl")
+# Run ids unique to this run: another run of this file on the machine is not ours.
+RUN = f"sshlaunch{os.getpid()}-"
 why_not = ssh_hosts.available()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=why_not or "")
 
@@ -158,14 +160,14 @@ def test_an_unreachable_host_is_named_quickly_and_the_others_stop(hosts, tmp_pat
     env = launch_env(hosts)
     env["MUSTER_SSH"] = hosts.ssh_command() + " -p " + str(hosts.port)
     start = time.monotonic()
-    r = launch(["--hostfile", hostfile, "--rdzv-id=sshlaunch-unreach", str(DATA / "sleeper.py"), str(tmp_path)], hosts,
+    r = launch(["--hostfile", hostfile, f"--rdzv-id={RUN}unreach", str(DATA / "sleeper.py"), str(tmp_path)], hosts,
                tmp_path, env)
     took = time.monotonic() - start
     assert r.returncode == 1, r.stderr
     assert "host 127.0.0.9: ssh could not reach or log in to it" in r.stderr, r.stderr
     assert "Connection refused" in r.stderr
     assert took < 30 * SLACK, took
-    assert wait_for(lambda: not agents_of("sshlaunch-unreach"), 10 * SLACK), agents_of("sshlaunch-unreach")
+    assert wait_for(lambda: not agents_of(f"{RUN}unreach"), 10 * SLACK), agents_of(f"{RUN}unreach")
 
 
 def test_a_failing_authentication_is_named(hosts, tmp_path):
@@ -235,7 +237,7 @@ def _nothing_left(run_id, pids, timeout, but=None):
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_the_launching_command_ends_every_remote_agent_and_worker(hosts, tmp_path, how, launched):
-    run_id = f"sshlaunch-sig{int(how)}"
+    run_id = f"{RUN}sig{int(how)}"
     proc, pids = _start_sleeping_job(hosts, tmp_path, run_id)
     launched.append(proc)
     proc.send_signal(how)
@@ -246,21 +248,22 @@ def test_a_signal_to_the_launching_command_ends_every_remote_agent_and_worker(ho
 
 
 def test_a_killed_launching_command_leaves_nothing_on_any_host(hosts, tmp_path, launched):
-    proc, pids = _start_sleeping_job(hosts, tmp_path, "sshlaunch-killed")
+    proc, pids = _start_sleeping_job(hosts, tmp_path, f"{RUN}killed")
     launched.append(proc)
     proc.kill()
     proc.wait()
-    assert _nothing_left("sshlaunch-killed", pids, 30 * SLACK), (agents_of("sshlaunch-killed"), [p for p in pids if pid_alive(p)])
+    assert _nothing_left(f"{RUN}killed", pids, 30 * SLACK), (agents_of(f"{RUN}killed"),
+                                                            [p for p in pids if pid_alive(p)])
 
 
 def test_a_silent_launching_command_is_taken_for_gone(hosts, tmp_path, launched):
     # A stopped launcher sends no heartbeats while its ssh sessions stay up:
     # what a dropped network looks like to the remote agents.
-    proc, pids = _start_sleeping_job(hosts, tmp_path, "sshlaunch-silent")
+    proc, pids = _start_sleeping_job(hosts, tmp_path, f"{RUN}silent")
     launched.append(proc)
     proc.send_signal(signal.SIGSTOP)
     try:
-        assert _nothing_left("sshlaunch-silent", pids, (10 + 20) * SLACK, but=proc.pid), (agents_of("sshlaunch-silent"),
+        assert _nothing_left(f"{RUN}silent", pids, (10 + 20) * SLACK, but=proc.pid), (agents_of(f"{RUN}silent"),
                                                                   [p for p in pids if pid_alive(p)])
     finally:
         proc.send_signal(signal.SIGCONT)
@@ -269,7 +272,7 @@ def test_a_silent_launching_command_is_taken_for_gone(hosts, tmp_path, launched)
 
 
 def test_an_outsider_cannot_join_the_launched_job_and_musterctl_sees_it_with_the_key(hosts, tmp_path, launched):
-    proc, pids = _start_sleeping_job(hosts, tmp_path, "sshlaunch-guarded")
+    proc, pids = _start_sleeping_job(hosts, tmp_path, f"{RUN}guarded")
     launched.append(proc)
     try:
         found = None
@@ -278,28 +281,29 @@ def test_an_outsider_cannot_join_the_launched_job_and_musterctl_sees_it_with_the
         while found is None and time.monotonic() < deadline:
             line = proc.stderr.readline()
             seen += line
-            found = re.search(r"musterctl --endpoint=(127\.0\.0\.1:(\d+)) --auth-key-file=(\S+) job sshlaunch-guarded", line)
+            found = re.search(r"musterctl --endpoint=(127\.0\.0\.1:(\d+)) --auth-key-file=(\S+) job " + RUN + "guarded",
+                              line)
         assert found, seen
         endpoint, port, key_file = found.group(1), int(found.group(2)), found.group(3)
         assert os.stat(key_file).st_mode & 0o077 == 0
         # The operator, with the job's key file, sees the job and its two hosts.
         shown = subprocess.run([MUSTERCTL, f"--endpoint={endpoint}", f"--auth-key-file={key_file}", "--json", "job",
-                                "sshlaunch-guarded"], capture_output=True, text=True, timeout=30 * SLACK)
+                                f"{RUN}guarded"], capture_output=True, text=True, timeout=30 * SLACK)
         assert shown.returncode == 0, shown.stderr
         job = json.loads(shown.stdout)
         assert len(job["members"]) == 2, job
         # Without it: refused.
-        plain = subprocess.run([MUSTERCTL, f"--endpoint={endpoint}", "job", "sshlaunch-guarded"], capture_output=True,
+        plain = subprocess.run([MUSTERCTL, f"--endpoint={endpoint}", "job", f"{RUN}guarded"], capture_output=True,
                                text=True, timeout=30 * SLACK, env=base_env())
         assert plain.returncode != 0
         stranger = RdzvConn(port)
-        stranger.join("sshlaunch-guarded", "intruder", min_nodes=1, max_nodes=3)
+        stranger.join(f"{RUN}guarded", "intruder", min_nodes=1, max_nodes=3)
         refused = stranger.recv()
         assert refused is not None and refused["type"] == "error" and refused["code"] == "auth_failed", refused
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60 * SLACK)
-    assert _nothing_left("sshlaunch-guarded", pids, 20 * SLACK)
+    assert _nothing_left(f"{RUN}guarded", pids, 20 * SLACK)
     assert not os.path.exists(key_file), "the key file goes with the job"
 
 
@@ -363,7 +367,7 @@ def test_a_dropped_network_to_the_launching_host_ends_the_job_on_every_host(netn
     hosts, switch, launcher_ns = netns_hosts
     out = tmp_path / "pids"
     out.mkdir()
-    run_id = "sshlaunch-netdrop"
+    run_id = f"{RUN}netdrop"
     proc = subprocess.Popen(["ip", "netns", "exec", launcher_ns, MUSTER,
                              f"--hosts={NETNS_SUBNET}.2:2,{NETNS_SUBNET}.3:1", f"--rdzv-id={run_id}",
                              "--shutdown-timeout=5", str(DATA / "sleeper.py"), str(out), "hold=300"],

@@ -77,6 +77,7 @@ TEST_CASE("a bad host file is refused with its file, line and reason", "[hosts]"
   CHECK(error_of(parse_host_file("a;reboot\n", "h")).find("is not a host name") != std::string::npos);
   CHECK(error_of(parse_host_file("::1\n", "h")).find("put an IPv6 address in brackets, as [::1]") != std::string::npos);
   CHECK(error_of(parse_host_file("[::1\n", "h")).find("in brackets") != std::string::npos);
+  CHECK(error_of(parse_host_file("[-F:x]\n", "h")).find("is not an IPv6 address") != std::string::npos);
   CHECK(error_of(parse_host_file("a\nb\na slots=2\n", "h")) == "h:3: host a is already listed (h:1)");
   CHECK(error_of(parse_host_file("# only a comment\n", "h")).find("no host in the file") != std::string::npos);
   CHECK(error_of(parse_host_file(std::string(kMaxHostFileLine + 1, 'a'), "h")).find("longer than") != std::string::npos);
@@ -123,6 +124,11 @@ TEST_CASE("--include and --exclude pick hosts and slots as DeepSpeed does", "[ho
   CHECK(error_of(select_hosts(all.value(), "c:2", "", std::nullopt)) ==
         "--include: host c has 2 slots (0 to 1), not slot 2");
   CHECK(error_of(select_hosts(all.value(), "", "a@b@c", std::nullopt)) == "--exclude: no host is left to run on");
+  // Every entry of a host is checked, the one without slots too.
+  auto two_users = parse_hosts_option("alice@h:4,bob@h");
+  REQUIRE(two_users.ok());
+  CHECK(error_of(select_hosts(two_users.value(), "", "h:0", std::nullopt)).find("has no slot count") !=
+        std::string::npos);
   auto plain = parse_hosts_option("x,y");
   REQUIRE(plain.ok());
   CHECK(error_of(select_hosts(plain.value(), "x:0", "", std::nullopt)).find("has no slot count") != std::string::npos);
@@ -246,6 +252,8 @@ TEST_CASE("a launch over ssh refuses what cannot work, before any connection", "
   CHECK(error_of(fanout({"--hosts=a", "--tee=9", "x.py"})).find("9") != std::string::npos);  // the agent's own checks
   CHECK(error_of(fanout({"--hosts=a", "x.py"}, {{"MUSTER_SSH_FANOUT", "0"}})).find("MUSTER_SSH_FANOUT") !=
         std::string::npos);
+  CHECK(error_of(fanout({"--hosts=a", "x.py"}, {{"NCCL_BAD", std::string("caf\xe9")}})).find("is not UTF-8") !=
+        std::string::npos);
   auto bad_env = facts({{"/home/u/.muster_env", "GOOD=1\nnot a line\n"}});
   CHECK(error_of(fanout({"--hosts=a", "x.py"}, {}, bad_env)) ==
         "/home/u/.muster_env:2: expected NAME=VALUE, got 'not a line'");
@@ -303,6 +311,7 @@ TEST_CASE("the remote command enters the directory, finds muster and says which 
   auto argv = ssh_argv(fc, RemoteHost{HostEntry{"n", "user@n", std::nullopt, std::nullopt, "f:1"}, 0, "1", {}}, "cmd");
   CHECK(argv.front() == "ssh");
   CHECK(has(argv, "BatchMode=yes"));
+  CHECK(argv[argv.size() - 3] == "--");
   CHECK(argv[argv.size() - 2] == "user@n");
   CHECK(argv.back() == "cmd");
 }
