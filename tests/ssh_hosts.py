@@ -49,13 +49,16 @@ class SshHosts:
     """`count` hosts at 127.0.0.2.. behind one sshd. `ssh_env()` is what a
     launching muster needs (MUSTER_SSH)."""
 
-    def __init__(self, scratch, count, node_ids=True, slack=1.0, netns=None):
+    def __init__(self, scratch, count, node_ids=True, slack=1.0, netns=None, first=2, hide=None):
         """netns: {address: network namespace} to run one sshd per address
-        inside its namespace instead (the addresses are the namespaces')."""
+        inside its namespace instead (the addresses are the namespaces').
+        first: the hosts are 127.0.0.<first>, 127.0.0.<first + 1>, ...; hide:
+        a folder the hosts do not have (sshd runs in a mount namespace of its
+        own with an empty tmpfs over it; needs root)."""
         self.dir = Path(scratch)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.netns = netns or {}
-        self.addresses = list(self.netns) if self.netns else [f"127.0.0.{i + 2}" for i in range(count)]
+        self.addresses = list(self.netns) if self.netns else [f"127.0.0.{i + first}" for i in range(count)]
         self.port = 2222 if self.netns else _free_port(self.addresses)
         self.slack = slack
         d = self.dir
@@ -110,6 +113,9 @@ LogLevel ERROR
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self.log = open(d / "sshd.log", "w")
         def in_ns(g):
+            if hide:
+                return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        f"mount -t tmpfs muster-test '{hide}' && exec \"$@\"", "sh"]
             return ["ip", "netns", "exec", self.netns[groups[g][0]]] if self.netns else []
         self.procs = [subprocess.Popen([*in_ns(g), SSHD, "-D", "-e", "-f", str(d / f"sshd_config.{g}")],
                                        stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -143,6 +149,13 @@ LogLevel ERROR
         env = {"MUSTER_SSH": self.ssh_command()}
         env.update(extra)
         return env
+
+    def unknown_host_config(self):
+        """A client configuration that knows no host key (under batch mode: refused)."""
+        text = (self.dir / "ssh_config").read_text().replace(f"{self.dir}/known_hosts", f"{self.dir}/no_known_hosts")
+        path = self.dir / "unknown_host_config"
+        path.write_text(text)
+        return path
 
     def stranger_config(self):
         """A client configuration with a key the server does not know."""

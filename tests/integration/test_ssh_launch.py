@@ -180,6 +180,34 @@ def test_a_failing_authentication_is_named(hosts, tmp_path):
         r.stderr
 
 
+def test_an_unknown_host_key_is_named(hosts, tmp_path):
+    env = launch_env(hosts, MUSTER_SSH=hosts.ssh_command(hosts.unknown_host_config()))
+    start = time.monotonic()
+    r = launch(["--hosts=127.0.0.2", str(DATA / "dump_env.py"), str(tmp_path)], hosts, tmp_path, env)
+    assert time.monotonic() - start < 30 * SLACK
+    assert r.returncode == 1
+    assert "host 127.0.0.2: ssh could not reach or log in to it" in r.stderr, r.stderr
+    assert "Host key verification failed" in r.stderr and "known_hosts" in r.stderr, r.stderr
+
+
+def test_a_working_directory_missing_on_a_host_is_named(tmp_path):
+    # The host's sshd runs in a mount namespace where the launch's folder is
+    # an empty tmpfs: the folder the launching command runs in is not there.
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a host without the launch's folder needs root and unshare (a mount namespace)")
+    hidden = tmp_path / "shared"
+    work = hidden / "project"
+    work.mkdir(parents=True)
+    hosts = ssh_hosts.SshHosts(tmp_path / "sshd", 1, first=20, slack=SLACK, hide=str(hidden))
+    try:
+        r = launch(["--hosts=127.0.0.20", str(DATA / "dump_env.py"), str(work)], hosts, work)
+    finally:
+        hosts.close()
+    assert r.returncode == 1
+    assert f"host 127.0.0.20: the working directory {work} is missing there" in r.stderr, r.stderr
+    assert f"the working directory {work} does not exist on" in r.stderr
+
+
 def test_muster_missing_on_a_host_and_another_version_are_named(hosts, tmp_path):
     env = launch_env(hosts, MUSTER_REMOTE_PATH="/nonexistent/bin/muster")
     r = launch(["--hosts=127.0.0.2", str(DATA / "dump_env.py"), str(tmp_path)], hosts, tmp_path, env)
