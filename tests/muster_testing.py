@@ -1,6 +1,7 @@
 """Helpers shared by the integration and compatibility tests: where the
 binaries are, running them with bounded waits, and reading what workers wrote."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -391,3 +392,37 @@ def build_ddp_linear(build_dir, *cmake_args):
     r = subprocess.run([cmake, "--build", str(build_dir)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     return Path(build_dir) / "ddp_linear"
+
+
+def netns_ip(*args, ns=None):
+    """Runs `ip ARGS` (inside network namespace ns when given)."""
+    cmd = ["ip", *(["netns", "exec", ns, "ip"] if ns else []), *args]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+
+
+@contextlib.contextmanager
+def bridged_namespaces(tag, subnet, count):
+    """`count` hosts in network namespaces <tag>h1.. at <subnet>.1.., each
+    with an eth0 on a bridge in a switch namespace <tag>sw (its port for host
+    i is v<i>); yields (switch, names). Needs root and iproute2."""
+    sw = f"{tag}sw"
+    names = [f"{tag}h{i}" for i in range(1, count + 1)]
+    made = []
+    try:
+        netns_ip("netns", "add", sw)
+        made.append(sw)
+        netns_ip("link", "add", "br0", "type", "bridge", ns=sw)
+        netns_ip("link", "set", "br0", "up", ns=sw)
+        for i, h in enumerate(names, start=1):
+            netns_ip("netns", "add", h)
+            made.append(h)
+            netns_ip("link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", h, ns=sw)
+            netns_ip("link", "set", f"v{i}", "master", "br0", ns=sw)
+            netns_ip("link", "set", f"v{i}", "up", ns=sw)
+            netns_ip("addr", "add", f"{subnet}.{i}/24", "dev", "eth0", ns=h)
+            netns_ip("link", "set", "eth0", "up", ns=h)
+            netns_ip("link", "set", "lo", "up", ns=h)
+        yield sw, names
+    finally:
+        for n in reversed(made):
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=20)

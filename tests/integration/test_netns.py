@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from muster_testing import FAST_RDZV_CONF, DATA, MUSTER, PYTHON, SLACK, base_env, wait_for
+from muster_testing import (FAST_RDZV_CONF, DATA, MUSTER, PYTHON, SLACK, base_env, bridged_namespaces, netns_ip,
+                            wait_for)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                 reason="network namespaces need root and iproute2 (ip)")
@@ -23,31 +24,13 @@ SUBNET = "192.0.2"  # TEST-NET-1: documentation addresses, only ever inside thes
 
 
 def ip(*args, ns=None):
-    cmd = ["ip", *(["netns", "exec", ns, "ip"] if ns else []), *args]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+    netns_ip(*args, ns=ns)
 
 
 @pytest.fixture
 def hosts():
-    tag = f"m{os.getpid() % 100000}"
-    sw = f"{tag}sw"
-    names = [f"{tag}h{i}" for i in (1, 2, 3)]
-    try:
-        ip("netns", "add", sw)
-        ip("link", "add", "br0", "type", "bridge", ns=sw)
-        ip("link", "set", "br0", "up", ns=sw)
-        for i, h in enumerate(names, start=1):
-            ip("netns", "add", h)
-            ip("link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", h, ns=sw)
-            ip("link", "set", f"v{i}", "master", "br0", ns=sw)
-            ip("link", "set", f"v{i}", "up", ns=sw)
-            ip("addr", "add", f"{SUBNET}.{i}/24", "dev", "eth0", ns=h)
-            ip("link", "set", "eth0", "up", ns=h)
-            ip("link", "set", "lo", "up", ns=h)
+    with bridged_namespaces(f"m{os.getpid() % 100000}", SUBNET, 3) as (sw, names):
         yield sw, names
-    finally:
-        for n in names + [sw]:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=20)
 
 
 def worker_pid_of_rank(out, rank):

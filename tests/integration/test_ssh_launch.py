@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import ssh_hosts
-from muster_testing import DATA, MUSTER, SLACK, RdzvConn, base_env, pid_alive, read_json_files, wait_for
+from muster_testing import (DATA, MUSTER, SLACK, RdzvConn, base_env, bridged_namespaces, netns_ip, pid_alive,
+                            read_json_files, wait_for)
 
 MUSTERCTL = os.environ.get("MUSTERCTL_BIN") or str(Path(MUSTER).parents[1] / "rendezvous" / "musterctl")
 # Run ids unique to this run: another run of this file on the machine is not ours.
@@ -170,24 +171,19 @@ def test_an_unreachable_host_is_named_quickly_and_the_others_stop(hosts, tmp_pat
     assert wait_for(lambda: not agents_of(f"{RUN}unreach"), 10 * SLACK), agents_of(f"{RUN}unreach")
 
 
-def test_a_failing_authentication_is_named(hosts, tmp_path):
-    env = launch_env(hosts, MUSTER_SSH=hosts.ssh_command(hosts.stranger_config()))
-    start = time.monotonic()
-    r = launch(["--hosts=127.0.0.2", str(DATA / "dump_env.py"), str(tmp_path)], hosts, tmp_path, env)
-    assert time.monotonic() - start < 30 * SLACK
-    assert r.returncode == 1
-    assert "host 127.0.0.2: ssh could not reach or log in to it" in r.stderr and "Permission denied" in r.stderr, \
-        r.stderr
-
-
-def test_an_unknown_host_key_is_named(hosts, tmp_path):
-    env = launch_env(hosts, MUSTER_SSH=hosts.ssh_command(hosts.unknown_host_config()))
+@pytest.mark.parametrize("config,says", [
+    ("stranger_config", ["Permission denied"]),                            # a key the host does not take
+    ("unknown_host_config", ["Host key verification failed", "known_hosts"]),  # batch mode: no question asked
+])
+def test_a_failing_login_is_named_quickly(hosts, tmp_path, config, says):
+    env = launch_env(hosts, MUSTER_SSH=hosts.ssh_command(getattr(hosts, config)()))
     start = time.monotonic()
     r = launch(["--hosts=127.0.0.2", str(DATA / "dump_env.py"), str(tmp_path)], hosts, tmp_path, env)
     assert time.monotonic() - start < 30 * SLACK
     assert r.returncode == 1
     assert "host 127.0.0.2: ssh could not reach or log in to it" in r.stderr, r.stderr
-    assert "Host key verification failed" in r.stderr and "known_hosts" in r.stderr, r.stderr
+    for text in says:
+        assert text in r.stderr, r.stderr
 
 
 def test_a_working_directory_missing_on_a_host_is_named(tmp_path):
@@ -352,43 +348,19 @@ def test_an_elastic_job_goes_on_without_an_unreachable_host(hosts, tmp_path):
 NETNS_SUBNET = "198.18.7"  # RFC 2544 benchmarking addresses, only ever inside the test's namespaces
 
 
-def _ip(*args, ns=None):
-    cmd = ["ip", *(["netns", "exec", ns, "ip"] if ns else []), *args]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=20)
-
-
 @pytest.fixture
 def netns_hosts(tmp_path):
     """A launching host and two hosts in network namespaces of their own, on a
     bridge in a fourth (the switch), each host with its own sshd."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("network namespaces need root and iproute2 (ip)")
-    tag = f"s{os.getpid() % 100000}"
-    sw, names = f"{tag}sw", [f"{tag}l", f"{tag}a", f"{tag}b"]
-    made = []
-    hosts = None
-    try:
-        _ip("netns", "add", sw)
-        made.append(sw)
-        _ip("link", "add", "br0", "type", "bridge", ns=sw)
-        _ip("link", "set", "br0", "up", ns=sw)
-        for i, n in enumerate(names, start=1):
-            _ip("netns", "add", n)
-            made.append(n)
-            _ip("link", "add", f"v{i}", "type", "veth", "peer", "name", "eth0", "netns", n, ns=sw)
-            _ip("link", "set", f"v{i}", "master", "br0", ns=sw)
-            _ip("link", "set", f"v{i}", "up", ns=sw)
-            _ip("addr", "add", f"{NETNS_SUBNET}.{i}/24", "dev", "eth0", ns=n)
-            _ip("link", "set", "eth0", "up", ns=n)
-            _ip("link", "set", "lo", "up", ns=n)
+    with bridged_namespaces(f"s{os.getpid() % 100000}", NETNS_SUBNET, 3) as (sw, names):
         hosts = ssh_hosts.SshHosts(tmp_path / "sshd", 2, slack=SLACK,
                                    netns={f"{NETNS_SUBNET}.2": names[1], f"{NETNS_SUBNET}.3": names[2]})
-        yield hosts, sw, names[0]
-    finally:
-        if hosts:
+        try:
+            yield hosts, sw, names[0]
+        finally:
             hosts.close()
-        for n in reversed(made):
-            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=20)
 
 
 def test_a_dropped_network_to_the_launching_host_ends_the_job_on_every_host(netns_hosts, tmp_path):
@@ -407,7 +379,7 @@ def test_a_dropped_network_to_the_launching_host_ends_the_job_on_every_host(netn
         pids = [int(p.read_text().split()[0]) for p in out.glob("pid_*")]
         # The launching host's link goes down: nothing is closed, nothing arrives.
         cut = time.monotonic()
-        _ip("link", "set", "v1", "down", ns=switch)
+        netns_ip("link", "set", "v1", "down", ns=switch)
         # The remote agents hear no heartbeat and end their jobs (the ssh
         # clients on the launching host stay until their keep-alives give up).
         assert wait_for(lambda: not remote_agents(run_id) and not any(pid_alive(p) for p in pids), 40 * SLACK), \
