@@ -83,7 +83,7 @@ TEST_CASE("a bad host file is refused with its file, line and reason", "[hosts]"
   CHECK(error_of(parse_host_file(std::string(kMaxHostFileLine + 1, 'a'), "h")).find("longer than") != std::string::npos);
 }
 
-TEST_CASE("--hosts lists hosts with optional slots, IPv6 in brackets", "[hosts]") {
+TEST_CASE("the --hosts option lists hosts with optional slots, IPv6 in brackets", "[hosts]") {
   auto hosts = parse_hosts_option("a:2,b,[::1]:4,u@[fe80::2]:1");
   REQUIRE(hosts.ok());
   REQUIRE(hosts->size() == 4);
@@ -97,7 +97,7 @@ TEST_CASE("--hosts lists hosts with optional slots, IPv6 in brackets", "[hosts]"
   CHECK(error_of(parse_hosts_option("[::1]x")).find("expected ':' after ']'") != std::string::npos);
 }
 
-TEST_CASE("--include and --exclude pick hosts and slots as DeepSpeed does", "[hosts]") {
+TEST_CASE("the --include and --exclude options pick hosts and slots as DeepSpeed does", "[hosts]") {
   auto all = parse_hosts_option("a:4,b:4,c:2");
   REQUIRE(all.ok());
   auto only = select_hosts(all.value(), "a@c:1", "", std::nullopt);
