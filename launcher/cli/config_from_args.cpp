@@ -417,6 +417,17 @@ Status parse_agent_options(const ParsedArgs& args, const Environment& env, const
     }
     cfg.health_check_timeout = *seconds;
   }
+  if (auto t = flag_or_env("health_check_interval", "--health-check-interval", "MUSTER_HEALTH_CHECK_INTERVAL")) {
+    auto seconds = parse_worker_timeout(t->text);
+    if (!seconds || (seconds->count() > 0 && seconds->count() < 1000)) {
+      return invalid_argument(t->from + "='" + t->text + "': give the seconds between health checks while the " +
+                              "workers run, at least 1 (0 turns them off), e.g. --health-check-interval=300");
+    }
+    if (seconds->count() > 0 && cfg.health_check.empty()) {
+      return invalid_argument(t->from + " needs a check to run: give --health-check=CMD too");
+    }
+    cfg.health_check_interval = *seconds;
+  }
   // torchrun's watchdog: on with TORCHELASTIC_ENABLE_FILE_TIMER=1 exactly, its
   // pipe at TORCHELASTIC_TIMER_FILE or a fresh name in the temporary folder.
   if (env_get(env, "TORCHELASTIC_ENABLE_FILE_TIMER").value_or("") == "1") {

@@ -73,6 +73,9 @@ struct LaunchConfig {
   // and how long one run may take.
   std::string health_check;
   std::chrono::milliseconds health_check_timeout{60000};
+  // muster's own: how often the check runs while the workers run (0: never;
+  // only before joins).
+  std::chrono::milliseconds health_check_interval{0};
 
   // The worker program: executable (PATH lookup when it has no '/') and its
   // arguments, before $local_rank substitution.

@@ -93,6 +93,10 @@ const std::vector<OptionSpec>& option_table() {
       {{"--health-check-timeout", "--health_check_timeout"}, Kind::value, Type::str, false, std::nullopt, {},
        "Seconds a health check may take before it is killed and counts as failed (default: "
        "$MUSTER_HEALTH_CHECK_TIMEOUT, else 60).", false},
+      {{"--health-check-interval", "--health_check_interval"}, Kind::value, Type::str, false, std::nullopt, {},
+       "Seconds between health checks while this node's workers run (0: only before joins); a node whose check "
+       "fails leaves the job, which re-forms without it, uncounted, and joins again once its check passes "
+       "(default: $MUSTER_HEALTH_CHECK_INTERVAL, else 0; needs --health-check).", false},
       {{"--hostfile"}, Kind::value, Type::str, false, std::nullopt, {},
        "Launch the job on every host of this file over ssh, one host a line as `host slots=N` (DeepSpeed's "
        "and Open MPI's format; slots is that host's --nproc-per-node), # comments; --nnodes defaults to the "

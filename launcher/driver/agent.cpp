@@ -48,6 +48,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
       planner_(cfg_, writer_, console_sinks_),
       supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
       shutdown_timer_(io),
+      health_timer_(io),
       host_(local_fqdn()),
       reporter_(FailureReporter::Settings{cfg_.entrypoint_name, host_,
                                           env_.count("TORCHELASTIC_ERROR_FILE")
@@ -128,8 +129,7 @@ int Agent::run_job() {
   return core_.exit_code().value_or(1);
 }
 
-void Agent::join_when_healthy(const std::string& reason, std::function<void()> join) {
-  if (cfg_.health_check.empty()) return join();
+void Agent::open_health_check() {
   if (!health_) {
     std::map<std::string, std::string> env(env_.begin(), env_.end());
     env["MUSTER_NODE_ADDRESS"] = cfg_.local_addr ? *cfg_.local_addr : host_;
@@ -138,8 +138,31 @@ void Agent::join_when_healthy(const std::string& reason, std::function<void()> j
     env["MUSTER_LOCAL_WORLD_SIZE"] = std::to_string(cfg_.nproc_per_node);
     health_ = std::make_unique<HealthCheck>(io_, cfg_.health_check, cfg_.health_check_timeout, std::move(env));
   }
+}
+
+void Agent::join_when_healthy(const std::string& reason, std::function<void()> join) {
+  if (cfg_.health_check.empty()) return join();
+  open_health_check();
   health_->then_join(reason, [this, join = std::move(join)] {
     if (!finished()) join();
+  });
+}
+
+// --health-check-interval: while this node's workers run in a job through a
+// rendezvous, its check runs every interval; a failure takes the node out of
+// the job (RendezvousMember::step_out), and it joins again once the check
+// passes (join_when_healthy, with its cooldown).
+void Agent::arm_health_timer() {
+  if (cfg_.health_check_interval.count() <= 0 || cfg_.health_check.empty() || !member_) return;
+  health_timer_.expires_after(cfg_.health_check_interval);
+  health_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || finished() || core_.phase() != Phase::running) return;  // a new attempt arms it again
+    open_health_check();
+    health_->check_now([this](bool passed) {
+      if (finished() || core_.phase() != Phase::running) return;
+      if (passed) return arm_health_timer();
+      member_->step_out("its health check failed while its workers ran");
+    });
   });
 }
 
@@ -432,6 +455,7 @@ void Agent::start_workers(int restart_count) {
     return;
   }
   if (worker_timeout_) worker_timeout_->start(static_cast<int>(launches.size()));
+  arm_health_timer();
   events_.workers_started(group_, [this](int lr) {
     const WorkerExit* e = reporter_.exit_of(lr);
     return e ? e->pid : supervisor_.reported_pid(lr);
@@ -462,6 +486,7 @@ void Agent::finish() {
   if (launcher_) launcher_->close();
   if (worker_timeout_) worker_timeout_->stop();
   if (health_) health_->cancel();
+  health_timer_.cancel();
   shutdown_timer_.cancel();
   signals_.cancel();
   if (member_) member_->leave();

@@ -87,6 +87,8 @@ class Agent {
   void record_stacks(const std::vector<StackDump::Stack>& stacks, const std::string& attempt_dir);
   // --health-check: `join` once the node's check passes (at once without one).
   void join_when_healthy(const std::string& reason, std::function<void()> join);
+  void open_health_check();
+  void arm_health_timer();
   void finish();
   // Multi-node jobs (agent_rendezvous.cpp): the rendezvous's events.
   int run_coordinated();
@@ -108,6 +110,7 @@ class Agent {
   LaunchPlanner planner_;
   Supervisor supervisor_;
   boost::asio::steady_timer shutdown_timer_;
+  boost::asio::steady_timer health_timer_;  // --health-check-interval
   GroupAssignment group_;
   std::string host_;
   FailureReporter reporter_;

@@ -391,6 +391,9 @@ void RendezvousMember::rejoin() {
   assignment_.reset();
   outcome_.reset();
   join_pending_ = true;
+  // The rendezvous's silence counts from this join (a node that stepped out
+  // heard nothing while it waited for its health check).
+  last_heard_ = MemberClock::now();
   if (rdzv_->connected()) send_join();
   // Otherwise the join goes out once the connection is back.
 }
@@ -408,6 +411,15 @@ void RendezvousMember::report_success() {
   // While reconnecting, the resume carries it (a report must not reach a new
   // connection before its join).
   if (!left_ && rdzv_->connected()) rdzv_->send(rendezvous::to_json(rendezvous::WorkersSucceededMessage{round_}));
+}
+
+void RendezvousMember::step_out(const std::string& why) {
+  if (left_ || shutting_down()) return;
+  // A departure: the job re-forms without this node, nothing counted. With
+  // the connection down the rendezvous learns it from the resume that finds
+  // no assignment, or from the silence.
+  if (rdzv_->connected()) rdzv_->send(rendezvous::leave_message());
+  fence(why);
 }
 
 void RendezvousMember::leave() {

@@ -29,6 +29,10 @@
 //   now, or carried by the resume when the connection is down.
 // - leave() ends the membership: the rendezvous hears that this node is gone
 //   and no event follows.
+// - step_out(why) leaves the job but not the rendezvous (a failed health
+//   check): the rendezvous drops this node at once, as for leave(), and the
+//   member goes on as if fenced (events.fenced); the agent stops its workers
+//   and calls rejoin() when the node may join again, as a newcomer.
 // - It reads the agent's core (never changes it): whether workers run under
 //   the assignment (only then can the lease fence them) and whether the
 //   agent is stopping for good (a signal: orders no longer matter).
@@ -122,6 +126,7 @@ class RendezvousMember {
   void report_failure(const rendezvous::FailureInfo& failure);
   void report_success();
   void leave();
+  void step_out(const std::string& why);
 
   bool connected() const { return rdzv_->connected(); }
   // Holds a place in a round the rendezvous counts on.

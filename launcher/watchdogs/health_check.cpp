@@ -15,6 +15,7 @@ HealthCheck::~HealthCheck() {
 }
 
 void HealthCheck::cancel() {
+  ++generation_;
   then_ = nullptr;
   cooldown_timer_.cancel();
   if (run_) run_->abandon();
@@ -28,7 +29,35 @@ void HealthCheck::then_join(const std::string& reason, std::function<void()> the
   if (!under_way) attempt();
 }
 
+void HealthCheck::check_now(std::function<void(bool passed)> done) {
+  if (run_ || then_) return;
+  reason_ = "periodic";
+  run_once("while its workers ran, so this node leaves the job (the others go on without it, uncounted) and joins "
+           "again once its check passes",
+           std::move(done));
+}
+
 void HealthCheck::attempt() {
+  run_once(std::string("before ") + (reason_ == "rejoin" ? "rejoining" : "joining") +
+               " the rendezvous, so this node stays out of the job; trying again in " +
+               seconds_text(std::chrono::duration_cast<std::chrono::milliseconds>(cooldown_)),
+           [this](bool passed) {
+             if (passed) {
+               auto then = std::move(then_);
+               then_ = nullptr;
+               if (then) then();
+               return;
+             }
+             std::weak_ptr<bool> alive = alive_;
+             cooldown_timer_.expires_after(cooldown_);
+             cooldown_ = std::min(cooldown_ * 2, kHealthCooldownMax);
+             cooldown_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+               if (!ec && !alive.expired() && then_) attempt();
+             });
+           });
+}
+
+void HealthCheck::run_once(const std::string& consequence, std::function<void(bool)> on_result) {
   ChildRun::Spec spec;
   spec.argv = {"/bin/sh", "-c", command_};
   std::vector<std::string> envp;
@@ -40,17 +69,17 @@ void HealthCheck::attempt() {
   spec.max_output = kHealthOutputShown;
   spec.keep = ChildRun::Keep::tail;
   std::weak_ptr<bool> alive = alive_;
-  run_ = ChildRun::start(io_, std::move(spec), [this, alive](ChildRun::Outcome o) {
-    if (alive.expired() || !then_) return;
+  // A run replaced or cancelled since is no longer heard.
+  if (run_) run_->abandon();
+  const uint64_t generation = ++generation_;
+  run_ = ChildRun::start(io_, std::move(spec), [this, alive, generation, consequence, on_result](ChildRun::Outcome o) {
+    if (alive.expired() || generation != generation_ || !run_) return;
     run_.reset();
     if (o.ok()) {
       if (!healthy_) log::warning("health check passed; joining the rendezvous");
       healthy_ = true;
       cooldown_ = kHealthCooldownFirst;
-      auto then = std::move(then_);
-      then_ = nullptr;
-      then();
-      return;
+      return on_result(true);
     }
     healthy_ = false;
     ++failures_;
@@ -59,16 +88,10 @@ void HealthCheck::attempt() {
                                                                     : o.how();
     std::string output = o.output;
     while (!output.empty() && (output.back() == '\n' || output.back() == '\r')) output.pop_back();
-    log::error("health check failed (" + how + ") before " + (reason_ == "rejoin" ? "rejoining" : "joining") +
-               " the rendezvous, so this node stays out of the job; trying again in " +
-               seconds_text(std::chrono::duration_cast<std::chrono::milliseconds>(cooldown_)) +
+    log::error("health check failed (" + how + ") " + consequence +
                (output.empty() ? std::string(" (it wrote nothing)")
                                : std::string("; its output") + (o.output_cut ? " (the end)" : "") + ":\n" + output));
-    cooldown_timer_.expires_after(cooldown_);
-    cooldown_ = std::min(cooldown_ * 2, kHealthCooldownMax);
-    cooldown_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-      if (!ec && !alive.expired() && then_) attempt();
-    });
+    on_result(false);
   });
 }
 

@@ -40,6 +40,10 @@ class HealthCheck {
   // tries, then calls `then` on the loop. A call while one is under way
   // replaces its `then`.
   void then_join(const std::string& reason, std::function<void()> then);
+  // Runs the check once while the workers run (reason "periodic") and calls
+  // done(passed) on the loop; a failure is logged as the node leaving the
+  // job. Ignored while a run is under way.
+  void check_now(std::function<void(bool passed)> done);
   void cancel();
 
   // For the metrics: whether the last run passed (true before any), failed runs.
@@ -48,6 +52,9 @@ class HealthCheck {
 
  private:
   void attempt();
+  // One run of the check; on_result(passed) after the outcome is recorded
+  // and, for a failure, logged with `consequence`.
+  void run_once(const std::string& consequence, std::function<void(bool)> on_result);
 
   boost::asio::io_context& io_;
   std::string command_;
@@ -60,6 +67,7 @@ class HealthCheck {
   std::chrono::seconds cooldown_ = kHealthCooldownFirst;
   bool healthy_ = true;
   uint64_t failures_ = 0;
+  uint64_t generation_ = 0;  // of the run whose outcome is awaited
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

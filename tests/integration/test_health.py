@@ -2,6 +2,7 @@
 of the job (logging the exit status and the output's tail) and tries again after a growing
 cooldown; a check that hangs is killed at --health-check-timeout; nothing of a check outlives
 a SIGKILLed agent. New flags leave torchrun's abbreviations their meaning."""
+import json
 import os
 import signal
 
@@ -45,6 +46,44 @@ def test_a_node_whose_check_fails_stays_out_until_it_passes(tmp_path):
         assert facts["MUSTER_RDZV_ID"] == "health" and facts["MUSTER_LOCAL_WORLD_SIZE"] == "1"
         # a ran its check before its first join and again before rejoining the re-formed job.
         assert reasons_a.read_text().split() == ["first_join", "rejoin"], reasons_a.read_text()
+    finally:
+        stop_musterd(musterd)
+
+
+def test_a_check_that_fails_mid_job_takes_the_node_out_uncounted_until_it_passes(tmp_path):
+    musterd, port = start_musterd()
+    endpoint = f"127.0.0.1:{port}"
+    sick, done = tmp_path / "sick", tmp_path / "done"
+    until = ["--until-file", str(done)]
+    try:
+        # --max-restarts=0: a departure that counted would end the job.
+        a = start_muster(["--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                          "--rdzv-id=periodic", f"--rdzv-conf={FAST_RDZV_CONF}", "--local-addr=127.0.0.1",
+                          "--max-restarts=0", WORKER, str(tmp_path), "--until-nodes", "2", *until])
+        b = start_muster(["--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                          "--rdzv-id=periodic", f"--rdzv-conf={FAST_RDZV_CONF}", "--local-addr=127.0.0.2",
+                          "--max-restarts=0", f"--health-check=echo checked; test ! -e {sick}",
+                          "--health-check-interval=1", WORKER, str(tmp_path), "--until-nodes", "2", *until])
+        assert wait_for(lambda: len(list(tmp_path.glob("n2_a0_r*.json"))) == 2, 60 * SLACK), "never formed on two"
+        first_b = json.loads((tmp_path / "n2_a0_r1.json").read_text())["WORKER_PID"]
+        sick.touch()  # b's next periodic check fails: it leaves, the job goes on with a alone
+        assert wait_for(lambda: list(tmp_path.glob("n1_a*_r0.json")), 60 * SLACK), "the job did not re-form on one"
+        sick.unlink()  # b passes its next try and joins again
+        # Back on two nodes: b's rank 1 runs again (a new worker), and no
+        # restart was counted (TORCHELASTIC_RESTART_COUNT stays 0).
+        assert wait_for(lambda: json.loads((tmp_path / "n2_a0_r1.json").read_text())["WORKER_PID"] != first_b,
+                        60 * SLACK), "b never came back"
+        done.touch()
+        results = finish([a, b], timeout=120)
+        for rc, _, err in results:
+            assert rc == 0, err[-3000:]
+        err_b = results[1][2]
+        assert "health check failed (exit 1) while its workers ran, so this node leaves the job (the others go on " \
+               "without it, uncounted) and joins again once its check passes; its output:\n" in err_b, err_b[-3000:]
+        assert "muster] checked\n" in err_b
+        assert "this node is out of the job: its health check failed while its workers ran" in err_b
+        assert "health check passed; joining the rendezvous" in err_b
+        assert "Worker group FAILED" not in results[0][2]
     finally:
         stop_musterd(musterd)
 
@@ -100,6 +139,10 @@ def test_new_flags_keep_torchrun_s_abbreviations_and_refuse_bad_values():
     assert "--health-check-timeout='never': give the seconds one health check may take" in r.stderr, r.stderr
     r = run_muster(["--standalone", "--health-check=", "--no-python", "/bin/true"])
     assert r.returncode == 1 and "--health-check needs a command" in r.stderr, r.stderr
+    r = run_muster(["--standalone", "--health-check-interval=0.5", "--health-check=true", "--no-python", "/bin/true"])
+    assert r.returncode == 1 and "give the seconds between health checks while the workers run, at least 1" in r.stderr
+    r = run_muster(["--standalone", "--health-check-interval=60", "--no-python", "/bin/true"])
+    assert r.returncode == 1 and "--health-check-interval needs a check to run" in r.stderr, r.stderr
 
 
 def test_a_check_that_leaves_a_process_behind_passes_and_leaves_nothing():

@@ -274,6 +274,47 @@ TEST_CASE("member: one node's failure re-forms the job, and both rejoin the next
   server.value()->close();
 }
 
+TEST_CASE("member: a node that steps out leaves at once, uncounted, and joins again as a newcomer", "[member]") {
+  boost::asio::io_context io;
+  auto server = rendezvous::RendezvousServer::listen(io, "127.0.0.1", 0);
+  REQUIRE(server.ok());
+  // --nnodes=1:2, no restart allowed: a departure that counted would end the job.
+  auto s = settings(2, 0, std::chrono::seconds(1), 3, std::chrono::seconds(10));
+  s.rdzv.min_nodes = 1;
+  // Workers run until stopped until b has stepped out; after that they succeed.
+  bool stepped = false;
+  auto script = [&stepped](int) { return stepped ? std::optional<ExitStatus>(exits(0)) : std::nullopt; };
+  Node a(io, server.value()->port(), "10.0.0.1", s, script);
+  Node b(io, server.value()->port(), "10.0.0.2", s, script);
+  // b steps out once a round runs on both (as on a failed health check), and
+  // rejoins at once (its check passing again).
+  auto step_out_when_both_run = [&] {
+    if (stepped || a.assigned.empty() || b.assigned.empty()) return;
+    const auto& ra = a.assigned.back();
+    if (ra.round != b.assigned.back().round || ra.group_world_size != 2) return;
+    stepped = true;
+    boost::asio::post(io, [&] { b.member->step_out("its health check failed"); });
+  };
+  a.on_assigned = b.on_assigned = step_out_when_both_run;
+  a.on_finished = b.on_finished = [&] {
+    if (a.finished && b.finished) io.stop();
+  };
+  a.member->start();
+  b.member->start();
+  io.run_for(kBound);
+  CHECK(b.fenced == 1);
+  CHECK(b.signalled == 1);  // its workers stopped
+  CHECK(a.restarts >= 1);   // the others re-formed without it...
+  REQUIRE_FALSE(a.assigned.empty());
+  REQUIRE_FALSE(b.assigned.empty());
+  CHECK(a.assigned.back().restart_count == 0);  // ...uncounted
+  CHECK(a.assigned.back().group_world_size == 2);  // and with it again
+  CHECK(a.assigned.back().round == b.assigned.back().round);
+  CHECK(a.finished == 0);
+  CHECK(b.finished == 0);
+  server.value()->close();
+}
+
 TEST_CASE("member: a job that fails past its restarts finishes with 1 and names the root cause", "[member]") {
   boost::asio::io_context io;
   auto server = rendezvous::RendezvousServer::listen(io, "127.0.0.1", 0);
