@@ -83,6 +83,8 @@ PermitRootLogin prohibit-password
 AllowUsers {user}
 MaxStartups 256
 MaxSessions 64
+ClientAliveInterval 1
+ClientAliveCountMax 5
 AcceptEnv MUSTER_NODE_ID
 PrintMotd no
 LogLevel ERROR
@@ -164,6 +166,21 @@ LogLevel ERROR
         path.write_text(text)
         return path
 
+    def _sessions(self):
+        """Pids of the server's session processes (each in a session of its own,
+        all writing to this server's log), the listeners' included."""
+        log = str(self.dir / "sshd.log")
+        pids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{d}/fd/2").replace(" (deleted)", "") == log:
+                    pids.append(int(d))
+            except OSError:
+                continue
+        return pids
+
     def close(self):
         for proc in self.procs:
             if proc.poll() is None:
@@ -173,4 +190,15 @@ LogLevel ERROR
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+        # A session whose client vanished (a cut link) would wait for it: end them too.
+        for _ in range(50):
+            left = [p for p in self._sessions() if p != os.getpid()]
+            if not left:
+                break
+            for p in left:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
         self.log.close()
