@@ -1,10 +1,12 @@
 """Worker: writes the CPUs it may run on, and those of a process it starts,
 to <out>/rank_<LOCAL_RANK-or-RANK>_<restart>.json (by rename). With a second
-argument N, the worker of global rank N fails on the first attempt."""
+argument N, the worker of global rank N fails on the first attempt, once every
+worker of that attempt has written its file."""
 import json
 import os
 import subprocess
 import sys
+import time
 
 
 def allowed(status_text):
@@ -26,4 +28,11 @@ with open(path + ".tmp", "w") as f:
                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}, f)
 os.replace(path + ".tmp", path)
 if len(sys.argv) > 2 and rank == int(sys.argv[2]) and restart == 0:
+    # Fail only once every worker of this attempt has written what it saw:
+    # the failure stops them, and a slow one would otherwise never write.
+    world = int(os.environ["WORLD_SIZE"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(out, f"rank_{r}_0.json")) for r in range(world)):
+        time.sleep(0.02)
     sys.exit(3)
