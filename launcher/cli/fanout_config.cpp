@@ -14,16 +14,10 @@ namespace {
 
 Status invalid(const std::string& why) { return Status(Code::invalid_argument, why); }
 
-std::string pet_name(const std::string& dest) {
-  std::string n = "PET_" + dest;
-  for (auto& c : n) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return n;
-}
-
 // Given on the command line, or by its PET_ variable.
 bool present(const ParsedArgs& args, const Environment& env, const std::string& dest, bool pet = true) {
   if (args.given.count(dest)) return true;
-  return pet && args.values.count(dest) && env.count(pet_name(dest));
+  return pet && args.values.count(dest) && env.count(argparse::pet_variable(dest));
 }
 
 std::optional<int> small_number(const std::string& s) {

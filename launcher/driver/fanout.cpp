@@ -144,7 +144,6 @@ class Fanout {
   bool stopping_ = false;
   bool stopped_by_signal_ = false;
   int kills_ = 0;
-  bool failed_ = false;
   std::vector<std::string> failures_;
   std::vector<std::string> left_out_;  // hosts an elastic job went on without
 };
