@@ -7,7 +7,7 @@
 // a session is set up once its agent has said it is ready (the channel's
 // kReadyLine), and then stays open for the job's life, carrying the channel
 // (launch_channel.hpp): the header with the job's key, heartbeats, stop
-// orders. Each ssh runs in its own process group (a terminal's Ctrl-C reaches
+// orders. Each ssh runs in a session of its own (a terminal's Ctrl-C reaches
 // this command only, which decides) and dies with this command (PDEATHSIG);
 // a remote agent whose channel ends or falls silent ends its job by itself.
 // A host that cannot be set up (ssh fails, muster missing or of another

@@ -12,10 +12,10 @@ from muster_testing import (DATA, FAST_RDZV_CONF, SLACK, finish, read_stderr_unt
 WORKER = str(DATA / "elastic_worker.py")
 
 
-def agent(endpoint, node, out, *extra):
+def agent(endpoint, node, out, *extra, worker_args=()):
     return start_muster(["--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
                          "--rdzv-id=health", f"--rdzv-conf={FAST_RDZV_CONF}", f"--local-addr=127.0.0.{node}", *extra,
-                         WORKER, str(out), "--until-nodes", "2"])
+                         WORKER, str(out), "--until-nodes", "2", *worker_args])
 
 
 def test_a_node_whose_check_fails_stays_out_until_it_passes(tmp_path):
@@ -57,13 +57,9 @@ def test_a_check_that_fails_mid_job_takes_the_node_out_uncounted_until_it_passes
     until = ["--until-file", str(done)]
     try:
         # --max-restarts=0: a departure that counted would end the job.
-        a = start_muster(["--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-                          "--rdzv-id=periodic", f"--rdzv-conf={FAST_RDZV_CONF}", "--local-addr=127.0.0.1",
-                          "--max-restarts=0", WORKER, str(tmp_path), "--until-nodes", "2", *until])
-        b = start_muster(["--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-                          "--rdzv-id=periodic", f"--rdzv-conf={FAST_RDZV_CONF}", "--local-addr=127.0.0.2",
-                          "--max-restarts=0", f"--health-check=echo checked; test ! -e {sick}",
-                          "--health-check-interval=1", WORKER, str(tmp_path), "--until-nodes", "2", *until])
+        a = agent(endpoint, 1, tmp_path, "--max-restarts=0", worker_args=until)
+        b = agent(endpoint, 2, tmp_path, "--max-restarts=0", f"--health-check=echo checked; test ! -e {sick}",
+                  "--health-check-interval=1", worker_args=until)
         assert wait_for(lambda: len(list(tmp_path.glob("n2_a0_r*.json"))) == 2, 60 * SLACK), "never formed on two"
         first_b = json.loads((tmp_path / "n2_a0_r1.json").read_text())["WORKER_PID"]
         sick.touch()  # b's next periodic check fails: it leaves, the job goes on with a alone
