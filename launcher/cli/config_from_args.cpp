@@ -1,6 +1,8 @@
 #include "config_from_args.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <limits>
 #include <sstream>
@@ -427,6 +429,16 @@ Status parse_agent_options(const ParsedArgs& args, const Environment& env, const
       return invalid_argument(t->from + " needs a check to run: give --health-check=CMD too");
     }
     cfg.health_check_interval = *seconds;
+  }
+  if (auto c = flag_or_env("exclude_exit_code", "--exclude-exit-code", "MUSTER_EXCLUDE_EXIT_CODE")) {
+    char* end = nullptr;
+    errno = 0;
+    long code = std::strtol(c->text.c_str(), &end, 10);
+    if (c->text.empty() || *end != '\0' || errno == ERANGE || code < 1 || code > 255) {
+      return invalid_argument(c->from + "='" + c->text + "': give the exit code (1-255) by which a worker asks " +
+                              "for its node to be excluded, e.g. --exclude-exit-code=75");
+    }
+    cfg.exclude_exit_code = static_cast<int>(code);
   }
   // torchrun's watchdog: on with TORCHELASTIC_ENABLE_FILE_TIMER=1 exactly, its
   // pipe at TORCHELASTIC_TIMER_FILE or a fresh name in the temporary folder.

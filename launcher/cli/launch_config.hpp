@@ -76,6 +76,8 @@ struct LaunchConfig {
   // muster's own: how often the check runs while the workers run (0: never;
   // only before joins).
   std::chrono::milliseconds health_check_interval{0};
+  // --exclude-exit-code: a worker exiting with it asks for its node's exclusion.
+  std::optional<int> exclude_exit_code;
 
   // The worker program: executable (PATH lookup when it has no '/') and its
   // arguments, before $local_rank substitution.

@@ -125,6 +125,16 @@ Result<RendezvousOptions> resolve_rendezvous_options(const RdzvConf& conf, bool 
   o.keep_alive_interval = keep.value();
   o.keep_alive_max_attempt = static_cast<int>(attempts.value());
   o.reconnect_timeout = reconnect.value();
+  auto exclude_after = rdzv_conf_int(conf, "exclude_after", 0);
+  if (!exclude_after.ok()) return exclude_after.status();
+  if (exclude_after.value() < 0 || exclude_after.value() > 1000000) {
+    return invalid_argument("--rdzv-conf exclude_after=" + std::to_string(exclude_after.value()) +
+                            ": give the failed attempts in a row after which a node is excluded, 1 or more (0: never)");
+  }
+  o.exclude_after = static_cast<int>(exclude_after.value());
+  auto cooldown = conf_seconds(conf, "exclude_cooldown", 60, warnings);
+  if (!cooldown.ok()) return cooldown.status();
+  o.exclude_cooldown = cooldown.value();
   if (conf.count("is_host")) {
     auto is_host = rdzv_conf_bool(conf, "is_host", false);
     if (!is_host.ok()) return is_host.status();

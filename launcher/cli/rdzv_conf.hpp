@@ -35,6 +35,11 @@ struct RendezvousOptions {
   // is_host: whether this agent hosts a c10d rendezvous (absent: when the
   // endpoint is one of this machine's addresses).
   std::optional<bool> is_host;
+  // exclude_after: a node that was the root cause of this many failed
+  // attempts in a row is excluded (0: never); exclude_cooldown: its first
+  // exclusion's length (60 s), doubling with each exclusion.
+  int exclude_after = 0;
+  std::chrono::milliseconds exclude_cooldown{60'000};
 };
 
 // Seconds as a number (a Python float), longer than a year read as a year

@@ -97,6 +97,10 @@ const std::vector<OptionSpec>& option_table() {
        "Seconds between health checks while this node's workers run (0: only before joins); a node whose check "
        "fails leaves the job, which re-forms without it, uncounted, and joins again once its check passes "
        "(default: $MUSTER_HEALTH_CHECK_INTERVAL, else 0; needs --health-check).", false},
+      {{"--exclude-exit-code", "--exclude_exit_code"}, Kind::value, Type::str, false, std::nullopt, {},
+       "A worker that exits with this code (1-255) asks for its node to be excluded from the job: the job "
+       "re-forms without the node where it can, and the node may join again as a spare after a cooldown "
+       "(default: $MUSTER_EXCLUDE_EXIT_CODE, else none; docs/failures.md).", false},
       {{"--hostfile"}, Kind::value, Type::str, false, std::nullopt, {},
        "Launch the job on every host of this file over ssh, one host a line as `host slots=N` (DeepSpeed's "
        "and Open MPI's format; slots is that host's --nproc-per-node), # comments; --nnodes defaults to the "

@@ -49,6 +49,7 @@ Agent::Agent(boost::asio::io_context& io, SignalSource& signals, LaunchConfig cf
       supervisor_(io, [this](const WorkerExit& e) { on_worker_exit(e); }),
       shutdown_timer_(io),
       health_timer_(io),
+      exclusion_timer_(io),
       host_(local_fqdn()),
       reporter_(FailureReporter::Settings{cfg_.entrypoint_name, host_,
                                           env_.count("TORCHELASTIC_ERROR_FILE")
@@ -411,6 +412,16 @@ void Agent::apply(const std::vector<Action>& actions) {
     } else if (std::holds_alternative<action::Rejoin>(a)) {
       // Workers down after a restart order or a fence: join for the next round
       // (now, or once the connection is back), once the node's check passes.
+      if (auto wait = member_->take_exclusion_wait()) {
+        // Excluded: the cooldown first, then the check, then back as a spare.
+        exclusion_timer_.expires_after(*wait);
+        exclusion_timer_.async_wait([this](const boost::system::error_code& ec) {
+          if (ec || finished()) return;
+          log::info("[" + cfg_.role + "] this node's exclusion is over; joining the job again");
+          join_when_healthy("rejoin", [this] { member_->rejoin(); });
+        });
+        continue;
+      }
       join_when_healthy("rejoin", [this] { member_->rejoin(); });
     } else if (std::holds_alternative<action::Finish>(a)) {
       finish();
@@ -487,6 +498,7 @@ void Agent::finish() {
   if (worker_timeout_) worker_timeout_->stop();
   if (health_) health_->cancel();
   health_timer_.cancel();
+  exclusion_timer_.cancel();
   shutdown_timer_.cancel();
   signals_.cancel();
   if (member_) member_->leave();

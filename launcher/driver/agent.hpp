@@ -111,6 +111,7 @@ class Agent {
   Supervisor supervisor_;
   boost::asio::steady_timer shutdown_timer_;
   boost::asio::steady_timer health_timer_;  // --health-check-interval
+  boost::asio::steady_timer exclusion_timer_;  // an excluded node's cooldown
   GroupAssignment group_;
   std::string host_;
   FailureReporter reporter_;

@@ -115,7 +115,18 @@ void Agent::on_rendezvous_failed(const Status& st) {
 }
 
 void Agent::report_to_rendezvous_failure(int local_rank) {
-  member_->report_failure(reporter_.rendezvous_failure(local_rank, member_->address()));
+  auto failure = reporter_.rendezvous_failure(local_rank, member_->address());
+  if (const WorkerExit* e = reporter_.exit_of(local_rank)) {
+    failure.failed_at_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(e->when.time_since_epoch()).count();
+  }
+  // --exclude-exit-code: the worker asks for this node to be taken out.
+  if (cfg_.exclude_exit_code && failure.exitcode == *cfg_.exclude_exit_code) {
+    failure.exclude_node = true;
+    log::warning("[" + cfg_.role + "] worker " + std::to_string(local_rank) + " exited with " +
+                 std::to_string(failure.exitcode) + " (--exclude-exit-code): asking the rendezvous to exclude this node");
+  }
+  member_->report_failure(failure);
 }
 
 }  // namespace muster::launcher

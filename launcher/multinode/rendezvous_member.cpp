@@ -57,6 +57,8 @@ MemberSettings member_settings(const LaunchConfig& cfg) {
   s.rdzv.close_timeout = cfg.rdzv.close_timeout;
   s.rdzv.keep_alive_interval = cfg.rdzv.keep_alive_interval;
   s.rdzv.keep_alive_max_attempt = cfg.rdzv.keep_alive_max_attempt;
+  s.rdzv.exclude_after = cfg.rdzv.exclude_after;
+  s.rdzv.exclude_cooldown = cfg.rdzv.exclude_cooldown;
   if (is_static) {
     // Not elastic: every node of --nnodes's maximum, each with its --node-rank.
     s.rdzv.static_ranks = true;
@@ -326,6 +328,17 @@ void RendezvousMember::handle(const rendezvous::out::Restart& r) {
 }
 
 void RendezvousMember::handle(const rendezvous::out::Fenced& fen) {
+  if (fen.excluded_for) {
+    // A bad node: out of the job, back as a spare once the cooldown ends.
+    if (shutting_down()) return;
+    exclusion_wait_ = *fen.excluded_for;
+    assignment_.reset();
+    outcome_.reset();
+    log::error("[" + id_.role + "] " + log_excerpt(fen.reason, 2000) + "; this node stops its workers and joins again " +
+               "as a spare in " + seconds_text(std::chrono::duration_cast<std::chrono::seconds>(*fen.excluded_for)));
+    events_.fenced();
+    return;
+  }
   fence("the rendezvous dropped it (" + fen.reason + ")");
 }
 

@@ -49,6 +49,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 
 #include "agent_core.hpp"
@@ -127,6 +128,9 @@ class RendezvousMember {
   void report_success();
   void leave();
   void step_out(const std::string& why);
+  // After an exclusion (a fence with a cooldown): how long to wait before
+  // joining again, once; nullopt otherwise.
+  std::optional<std::chrono::milliseconds> take_exclusion_wait() { return std::exchange(exclusion_wait_, std::nullopt); }
 
   bool connected() const { return rdzv_->connected(); }
   // Holds a place in a round the rendezvous counts on.
@@ -164,6 +168,7 @@ class RendezvousMember {
   void reconnect();
   bool shutting_down() const;
   bool within_stale_connection_window();
+  std::optional<std::chrono::milliseconds> exclusion_wait_;
 
   MemberSettings settings_;
   MemberIdentity id_;

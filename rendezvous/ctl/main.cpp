@@ -80,7 +80,10 @@ void print_job(const JobReply& r) {
     std::vector<std::vector<std::string>> rows{
         {"GROUP_RANK", "NODE", "ADDRESS", "WORKERS", "ROLE", "STATE", "LAST_HEARD"}};
     for (const auto& m : r.members) {
-      std::string state = m.in_round ? "in round" : m.waiting ? "waiting" : "joined";
+      std::string state = m.parked_ms ? "excluded, " + human(*m.parked_ms) + " left"
+                          : m.in_round ? "in round"
+                          : m.waiting  ? "waiting"
+                                       : "joined";
       if (!m.connected) state += ", disconnected";
       rows.push_back({m.group_rank ? std::to_string(*m.group_rank) : "-", m.node, m.address,
                       std::to_string(m.local_world_size), m.role, state, human(m.heard_ms_ago) + " ago"});
@@ -96,6 +99,12 @@ void print_job(const JobReply& r) {
               << "\n";
   } else {
     std::cout << "no failure reported\n";
+  }
+  for (const auto& e : r.exclusions) {
+    std::cout << "excluded: node " << safe(e.node) << " (" << safe(e.address) << "), " << e.count
+              << (e.count == 1 ? " time" : " times") << ", "
+              << (e.left_ms > 0 ? "for another " + human(e.left_ms) : std::string("cooldown over")) << ": "
+              << safe(log_excerpt(e.why, 300)) << "\n";
   }
 }
 

@@ -88,6 +88,10 @@ std::string render_metrics(muster::rendezvous::ServerStats st) {
   t.family("musterd_failures_held_total", "counter",
            "Worker failures held because another member of the round could not be reached at the time.");
   t.sample(static_cast<double>(st.totals.failures_held));
+  t.family("musterd_nodes_excluded_total", "counter",
+           "Nodes excluded from their job: the root cause of exclude_after failed attempts in a row, or asked for "
+           "by a worker's --exclude-exit-code.");
+  t.sample(static_cast<double>(st.totals.excluded));
   t.family("musterd_rejected_total", "counter", "Connections and joins refused, by reason.");
   for (const auto& [reason, n] : st.rejected) t.sample({{"reason", reason}}, static_cast<double>(n));
   t.family("musterd_build_info", "gauge", "The running musterd's version.");

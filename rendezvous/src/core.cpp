@@ -17,14 +17,21 @@ std::string closed_job_text(bool succeeded) {
 Rendezvous::Rendezvous(Settings settings) : settings_(settings) {}
 
 Status Rendezvous::accepts_settings(const std::string& job, const Settings& asked) const {
-  if (asked.min_nodes == settings_.min_nodes && asked.max_nodes == settings_.max_nodes &&
-      asked.static_ranks == settings_.static_ranks) {
-    return {};
+  if (asked.min_nodes != settings_.min_nodes || asked.max_nodes != settings_.max_nodes ||
+      asked.static_ranks != settings_.static_ranks) {
+    return invalid_argument("job '" + log_excerpt(job, 64) + "' runs with --nnodes=" +
+                            std::to_string(settings_.min_nodes) + ":" + std::to_string(settings_.max_nodes) +
+                            " and this node asked for " + std::to_string(asked.min_nodes) + ":" +
+                            std::to_string(asked.max_nodes) + "; give every node the same --nnodes");
   }
-  return invalid_argument("job '" + log_excerpt(job, 64) + "' runs with --nnodes=" +
-                          std::to_string(settings_.min_nodes) + ":" + std::to_string(settings_.max_nodes) +
-                          " and this node asked for " + std::to_string(asked.min_nodes) + ":" +
-                          std::to_string(asked.max_nodes) + "; give every node the same --nnodes");
+  if (asked.exclude_after != settings_.exclude_after || asked.exclude_cooldown != settings_.exclude_cooldown) {
+    return invalid_argument("job '" + log_excerpt(job, 64) + "' runs with --rdzv-conf exclude_after=" +
+                            std::to_string(settings_.exclude_after) + ",exclude_cooldown=" +
+                            seconds_text(settings_.exclude_cooldown) + " and this node asked for exclude_after=" +
+                            std::to_string(asked.exclude_after) + ",exclude_cooldown=" +
+                            seconds_text(asked.exclude_cooldown) + "; give every node the same values");
+  }
+  return {};
 }
 
 Status Rendezvous::validate(const JoinRequest& r) const {
@@ -86,6 +93,12 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     rebind(named->second, member);
     note(out, "node " + request.node_name + " reconnected");
   }
+  // A member of the attempt that failed joins again: any report of its
+  // failures came before (one connection), so the verdict may be due.
+  if (verdict_ && !request.resume && members_.count(member)) {
+    accounted(request.node_name, now, out);
+    if (!members_.count(member)) return out;  // excluded by it
+  }
   auto known = members_.find(member);
   if (request.resume) {
     if (known != members_.end()) {
@@ -129,6 +142,25 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
   m.closed_at.reset();
   by_name_[request.node_name] = member;
 
+  // An excluded address waits out its cooldown, whichever agent joins from it.
+  if (auto ex = excluded_.find(request.address); ex != excluded_.end() && now < ex->second.until) {
+    participants_.erase(member);
+    waiting_.erase(member);
+    m.parked_until = ex->second.until;
+    m.join_deadline = saturating_add(ex->second.until, settings_.join_timeout);
+    note(out, "node " + request.node_name + " (" + request.address + ") waits: its address is excluded for another " +
+                  seconds_text(std::chrono::duration_cast<Duration>(ex->second.until - now)) + " (" +
+                  ex->second.why + ")",
+         true);
+    return out;
+  }
+  m.parked_until.reset();
+  admit(member, now, out);
+  return out;
+}
+
+void Rendezvous::admit(MemberId member, TimePoint now, std::vector<Output>& out) {
+  const auto& request = members_.at(member).request;
   const auto max = static_cast<std::size_t>(settings_.max_nodes);
   const auto min = static_cast<std::size_t>(settings_.min_nodes);
   if (state_ == State::forming) {
@@ -139,13 +171,18 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
                     std::to_string(participants_.size()) + " of " + std::to_string(settings_.min_nodes) + ".." +
                     std::to_string(settings_.max_nodes) + " nodes");
       if (participants_.size() >= min) last_call_ = saturating_add(now, settings_.last_call_timeout);
+      if (participants_.size() == max && verdict_) {
+        // Full: the verdict first, which may take a node out of it.
+        settle(now, out);
+        if (state_ != State::forming) return;
+      }
       if (participants_.size() == max) complete_round(out);
     } else {
       waiting_.insert(member);
       note(out, "node " + request.node_name + " waits: round " + std::to_string(round_) + " is full (" +
                     std::to_string(settings_.max_nodes) + " nodes)");
     }
-    return out;
+    return;
   }
   // Running: a newcomer below max nodes is admitted by a new round.
   waiting_.insert(member);
@@ -153,7 +190,6 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
   if (!recovering_ && ranked_.size() < max) {
     restart_round(out, false, "node " + request.node_name + " is waiting to join", now);
   }
-  return out;
 }
 
 void Rendezvous::rebind(MemberId from, MemberId to) {
@@ -208,7 +244,7 @@ std::vector<Output> Rendezvous::recover(MemberId member, const JoinRequest& requ
   std::vector<Output> out;
   const Resume& r = *request.resume;
   auto fence = [&](const std::string& why) {
-    out.push_back(out::Fenced{member, why});
+    out.push_back(out::Fenced{member, why, std::nullopt});
     note(out, "fenced node " + request.node_name + ": " + why, true);
     return out;
   };
@@ -299,7 +335,8 @@ std::vector<Output> Rendezvous::heartbeat(MemberId member, TimePoint now) {
 std::optional<out::Waiting> Rendezvous::progress(MemberId member, TimePoint now) const {
   auto it = members_.find(member);
   if (it == members_.end() || state_ == State::closed) return std::nullopt;
-  bool pending = waiting_.count(member) || (state_ == State::forming && participants_.count(member));
+  bool pending = waiting_.count(member) || it->second.parked_until ||
+                 (state_ == State::forming && participants_.count(member));
   if (!pending) return std::nullopt;
   auto left = it->second.join_deadline > now
                   ? std::chrono::duration_cast<Duration>(it->second.join_deadline - now)
@@ -410,10 +447,15 @@ void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std:
 void Rendezvous::close_failed(std::vector<Output>& out, const FailureInfo& root, MemberId failed) {
   state_ = State::closed;
   held_.reset();
+  verdict_.reset();
   end_recovery();
   std::string node = members_.count(failed) ? members_.at(failed).request.node_name : "?";
   std::string msg = "the workers of node " + node + " failed with no restarts left (rank " +
                     std::to_string(root.global_rank) + ", exit code " + std::to_string(root.exitcode) + ")";
+  for (const auto& [address, ex] : excluded_) {
+    msg += "; node " + ex.node_name + " (" + address + ") was excluded " + std::to_string(ex.count) +
+           (ex.count == 1 ? " time" : " times") + ": " + ex.why;
+  }
   for (const auto& [id, m] : members_) out.push_back(out::Finished{id, false, root, msg});
   note(out, "job failed: " + msg, true);
   members_.clear();
@@ -435,12 +477,20 @@ void Rendezvous::touch(MemberId member, TimePoint now, std::vector<Output>& out)
 std::vector<Output> Rendezvous::workers_failed(MemberId member, int round, const FailureInfo& failure, TimePoint now) {
   std::vector<Output> out;
   touch(member, now, out);
+  // A late report about the round a failure ended, before the verdict on
+  // it: it may have failed first, which makes it that round's root cause.
+  if (verdict_ && round == failures_round_ && round != round_ && members_.count(member)) {
+    record_failure(member, round, failure);
+    accounted(members_.at(member).request.node_name, now, out);
+    return out;
+  }
   // A report about an earlier round comes from workers already being stopped
   // (or from the round a released failure just ended).
   if (state_ != State::running || round != round_ ||
       std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) {
     return out;
   }
+  record_failure(member, round, failure);
   ++counters_.failures;
   last_failure_ = failure;
   last_failure_node_ = members_.at(member).request.node_name;
@@ -465,14 +515,193 @@ std::vector<Output> Rendezvous::workers_failed(MemberId member, int round, const
 
 void Rendezvous::fail_round(MemberId member, const FailureInfo& failure, TimePoint now, std::vector<Output>& out) {
   if (restart_count_ < settings_.max_restarts) {
-    const auto& name = members_.at(member).request.node_name;
-    restart_round(out, true,
-                  "the workers of node " + name + " failed (rank " + std::to_string(failure.global_rank) +
-                      ", exit code " + std::to_string(failure.exitcode) + ")",
-                  now);
+    // The root cause among the reports so far (a later report of an earlier
+    // failure corrects it: workers_failed).
+    std::string name = members_.at(member).request.node_name;
+    FailureInfo root = failure;
+    if (const RoundFailure* r = root_failure()) {
+      name = r->node_name;
+      root = r->failure;
+    }
+    std::string reason = "the workers of node " + name + " failed (rank " + std::to_string(root.global_rank) +
+                         ", exit code " + std::to_string(root.exitcode) + ")";
+    // The verdict (whose failure came first; an exclusion) waits for the
+    // other nodes of the round to report or join again.
+    PendingVerdict pending{{}, saturating_add(now, kVerdictSettle)};
+    for (MemberId id : ranked_) {
+      const auto& n = members_.at(id).request.node_name;
+      bool reported = std::any_of(round_failures_.begin(), round_failures_.end(),
+                                  [&](const RoundFailure& f) { return f.node_name == n; });
+      if (!reported) pending.outstanding.insert(n);
+    }
+    restart_round(out, true, reason, now);
+    verdict_ = std::move(pending);
+    if (verdict_->outstanding.empty()) settle(now, out);
     return;
   }
   close_failed(out, failure, member);
+}
+
+void Rendezvous::record_failure(MemberId member, int round, const FailureInfo& failure) {
+  if (round != failures_round_) {
+    failures_round_ = round;
+    round_failures_.clear();
+    verdict_.reset();
+  }
+  auto it = members_.find(member);
+  if (it == members_.end()) return;
+  const auto& name = it->second.request.node_name;
+  // One report per node and round counts (bounded by the round's size).
+  for (const auto& f : round_failures_) {
+    if (f.node_name == name) return;
+  }
+  round_failures_.push_back({name, it->second.request.address, failure});
+}
+
+const Rendezvous::RoundFailure* Rendezvous::root_failure() const {
+  const RoundFailure* best = nullptr;
+  for (const auto& f : round_failures_) {
+    if (!best) {
+      best = &f;
+      continue;
+    }
+    if (f.failure.exclude_node != best->failure.exclude_node) {
+      if (f.failure.exclude_node) best = &f;
+      continue;
+    }
+    // Ties keep the report that came first.
+    if (failure_time_ms(f.failure) < failure_time_ms(best->failure)) best = &f;
+  }
+  return best;
+}
+
+void Rendezvous::accounted(const std::string& name, TimePoint now, std::vector<Output>& out) {
+  if (!verdict_) return;
+  verdict_->outstanding.erase(name);
+  if (verdict_->outstanding.empty()) settle(now, out);
+}
+
+void Rendezvous::settle(TimePoint now, std::vector<Output>& out) {
+  if (!verdict_) return;
+  verdict_.reset();
+  if (auto v = judge(out)) exclude(*v, now, out);
+}
+
+std::optional<Rendezvous::Verdict> Rendezvous::judge(std::vector<Output>& out) {
+  const RoundFailure* root = root_failure();
+  if (!root) return std::nullopt;
+  if (round_failures_.size() > 1 && root != &round_failures_.front()) {
+    note(out, "round " + std::to_string(failures_round_) + ": the workers of node " + root->node_name +
+                  " failed first (rank " + std::to_string(root->failure.global_rank) + ", exit code " +
+                  std::to_string(root->failure.exitcode) + "), before those whose report came first");
+  }
+  int streak = ++streak_[root->address];
+  for (auto it = streak_.begin(); it != streak_.end();) {
+    it = it->first == root->address ? std::next(it) : streak_.erase(it);
+  }
+  const bool asked = root->failure.exclude_node;
+  if (!asked && (settings_.exclude_after <= 0 || streak < settings_.exclude_after)) return std::nullopt;
+  std::string why = asked ? "its worker (rank " + std::to_string(root->failure.global_rank) + ") exited with code " +
+                                std::to_string(root->failure.exitcode) +
+                                ", which asks for its node's exclusion (--exclude-exit-code)"
+                          : "it was the root cause of " + std::to_string(streak) + " failed attempts in a row (exclude_after=" +
+                                std::to_string(settings_.exclude_after) + ")";
+  auto named = by_name_.find(root->node_name);
+  if (named == by_name_.end()) {
+    note(out, "node " + root->node_name + " (" + root->address + ") is not excluded although " + why +
+                  ": it is no longer a member",
+         true);
+    return std::nullopt;
+  }
+  if (auto why_not = cannot_exclude(named->second)) {
+    note(out, "node " + root->node_name + " (" + root->address + ") is not excluded although " + why + ": " +
+                  *why_not,
+         true);
+    return std::nullopt;
+  }
+  return Verdict{named->second, why};
+}
+
+std::optional<std::string> Rendezvous::cannot_exclude(MemberId member) const {
+  if (settings_.static_ranks) return std::string("the static backend gives every node a fixed rank, none can be spared");
+  const auto& m = members_.at(member);
+  if (m.request.is_host) {
+    return std::string(
+        "it hosts the rendezvous (an agent-hosted c10d endpoint), so the job would end with it; run the rendezvous "
+        "in musterd to make every node replaceable");
+  }
+  std::size_t others = 0;
+  for (const auto& [id, other] : members_) {
+    if (id != member && !other.parked_until) ++others;
+  }
+  if (others < static_cast<std::size_t>(settings_.min_nodes)) {
+    return "without it " + std::to_string(others) + " node" + (others == 1 ? "" : "s") +
+           " would remain, fewer than --nnodes' minimum of " + std::to_string(settings_.min_nodes) +
+           ", and no spare waits";
+  }
+  return std::nullopt;
+}
+
+Duration Rendezvous::cooldown_for(const std::string& address) const {
+  int before = 0;
+  if (auto it = excluded_.find(address); it != excluded_.end()) before = it->second.count;
+  Duration cool = std::max(settings_.exclude_cooldown, Duration(0));
+  for (int i = 0; i < before && cool < kMaxExcludeCooldown; ++i) cool *= 2;
+  return std::min(cool, kMaxExcludeCooldown);
+}
+
+void Rendezvous::exclude(const Verdict& v, TimePoint now, std::vector<Output>& out) {
+  auto it = members_.find(v.member);
+  if (it == members_.end()) return;
+  const std::string name = it->second.request.node_name;
+  const std::string address = it->second.request.address;
+  const Duration cool = cooldown_for(address);
+  if (excluded_.size() >= kMaxExclusions && !excluded_.count(address)) {
+    for (auto e = excluded_.begin(); e != excluded_.end();) e = e->second.until <= now ? excluded_.erase(e) : std::next(e);
+  }
+  auto& ex = excluded_[address];
+  ex.node_name = name;
+  ex.why = v.why;
+  ex.until = saturating_add(now, cool);
+  ++ex.count;
+  streak_.erase(address);
+  ++counters_.excluded;
+  out.push_back(out::Fenced{v.member, "this node is excluded from the job for " + seconds_text(cool) + ": " + v.why,
+                            cool});
+  note(out, "excluded node " + name + " (" + address + ") for " + seconds_text(cool) + " (exclusion " +
+                std::to_string(ex.count) + " of this address): " + v.why,
+       true);
+  by_name_.erase(name);
+  members_.erase(it);
+  waiting_.erase(v.member);
+  participants_.erase(v.member);
+  assigned_.erase(v.member);
+  if (state_ == State::running && std::find(ranked_.begin(), ranked_.end(), v.member) != ranked_.end()) {
+    ranked_.erase(std::remove(ranked_.begin(), ranked_.end(), v.member), ranked_.end());
+    restart_round(out, false, "node " + name + " (" + address + ") is excluded for " + seconds_text(cool) + ": " + v.why,
+                  now);
+    return;
+  }
+  if (state_ == State::forming && participants_.size() < static_cast<std::size_t>(settings_.min_nodes)) {
+    last_call_.reset();
+  }
+}
+
+// Members parked on an excluded address whose cooldown ended join now.
+void Rendezvous::unpark(TimePoint now, std::vector<Output>& out) {
+  std::vector<MemberId> due;
+  for (const auto& [id, m] : members_) {
+    if (m.parked_until && now >= *m.parked_until) due.push_back(id);
+  }
+  for (MemberId id : due) {
+    auto it = members_.find(id);
+    if (it == members_.end() || state_ == State::closed) continue;
+    it->second.parked_until.reset();
+    it->second.join_deadline = saturating_add(now, settings_.join_timeout);
+    note(out, "node " + it->second.request.node_name + " (" + it->second.request.address +
+                  "): its exclusion is over; it joins");
+    admit(id, now, out);
+  }
 }
 
 const Rendezvous::Member* Rendezvous::unreachable(MemberId except, TimePoint now) const {
@@ -555,7 +784,7 @@ std::vector<Output> Rendezvous::drop(MemberId member, TimePoint now, const std::
   std::string name = it->second.request.node_name;
   // Told, if its connection still works, so it stops workers of a world
   // that goes on without it.
-  if (fence) out.push_back(out::Fenced{member, "this node " + why + " and was dropped from the job"});
+  if (fence) out.push_back(out::Fenced{member, "this node " + why + " and was dropped from the job", std::nullopt});
   note(out, "lost node " + name + ": it " + why, true);
   by_name_.erase(name);
   members_.erase(it);
@@ -566,6 +795,7 @@ std::vector<Output> Rendezvous::drop(MemberId member, TimePoint now, const std::
     s = s->second == member ? slots_.erase(s) : std::next(s);
   }
   lost_.insert(name);
+  if (verdict_ && verdict_->outstanding.erase(name) && verdict_->outstanding.empty()) settle(now, out);
   if (state_ == State::running && std::find(ranked_.begin(), ranked_.end(), member) != ranked_.end()) {
     ranked_.erase(std::remove(ranked_.begin(), ranked_.end(), member), ranked_.end());
     std::string reason = "node " + name + " " + why;
@@ -630,6 +860,8 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
   remove_lost(now, out);
   remove_dead(now, out);
   if (state_ == State::closed) return out;
+  if (verdict_ && now >= verdict_->deadline) settle(now, out);
+  unpark(now, out);
   if (recovering_ && now >= recovery_deadline_) {
     restart_round(out, false,
                   std::to_string(recovering_world_ - static_cast<int>(slots_.size())) + " of " +
@@ -640,12 +872,13 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
   const auto min = static_cast<std::size_t>(settings_.min_nodes);
   if (state_ == State::forming && last_call_ && now >= *last_call_ && participants_.size() >= min &&
       !settings_.static_ranks) {
-    complete_round(out);
+    settle(now, out);  // a pending verdict may take a node out of the round
+    if (state_ == State::forming && last_call_ && participants_.size() >= min) complete_round(out);
   }
   // Joiners whose round did not complete in time, and surplus nodes that never got a place.
   std::vector<MemberId> expired;
   for (const auto& [id, m] : members_) {
-    bool pending = waiting_.count(id) || state_ == State::forming;
+    bool pending = waiting_.count(id) || m.parked_until || state_ == State::forming;
     if (pending && now >= m.join_deadline) expired.push_back(id);
   }
   if (!expired.empty()) {
@@ -665,7 +898,10 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
 }
 
 Duration Rendezvous::shortest_timeout() const {
-  return std::min({settings_.dead_after(), settings_.last_call_timeout, settings_.join_timeout, kLossGrace});
+  // (A member parked on an excluded address may be taken in up to this much
+  // late: it waits a cooldown of minutes anyway.)
+  return std::min({settings_.dead_after(), settings_.last_call_timeout, settings_.join_timeout, kLossGrace,
+                   kVerdictSettle});
 }
 
 std::optional<TimePoint> Rendezvous::next_deadline() const {
@@ -676,10 +912,12 @@ std::optional<TimePoint> Rendezvous::next_deadline() const {
   };
   if (state_ == State::forming && last_call_ && !settings_.static_ranks) consider(*last_call_);
   if (recovering_) consider(recovery_deadline_);
+  if (verdict_) consider(verdict_->deadline);
   for (const auto& [id, m] : members_) {
     consider(saturating_add(m.last_seen, settings_.dead_after()));
     if (m.closed_at && !m.connected) consider(saturating_add(*m.closed_at, kLossGrace));
-    bool pending = waiting_.count(id) || state_ == State::forming;
+    if (m.parked_until) consider(*m.parked_until);
+    bool pending = waiting_.count(id) || m.parked_until || state_ == State::forming;
     if (pending) consider(m.join_deadline);
   }
   return next;
@@ -737,6 +975,9 @@ JobView Rendezvous::view(TimePoint now, std::size_t from, std::size_t limit) con
       mv.waiting = waiting_.count(*it->id) > 0;
       mv.connected = m.connected;
       mv.since_heard = std::chrono::duration_cast<Duration>(now - m.last_seen);
+      if (m.parked_until) {
+        mv.parked_for = *m.parked_until > now ? std::chrono::duration_cast<Duration>(*m.parked_until - now) : Duration(0);
+      }
       v.members.push_back(std::move(mv));
     }
   }
@@ -744,6 +985,10 @@ JobView Rendezvous::view(TimePoint now, std::size_t from, std::size_t limit) con
     v.last_failure = last_failure_;
     v.last_failure_node = last_failure_node_;
     v.since_last_failure = std::chrono::duration_cast<Duration>(now - last_failure_at_);
+  }
+  for (const auto& [address, ex] : excluded_) {
+    v.exclusions.push_back({address, ex.node_name, ex.why, ex.count,
+                            ex.until > now ? std::chrono::duration_cast<Duration>(ex.until - now) : Duration(0)});
   }
   return v;
 }

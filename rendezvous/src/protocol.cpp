@@ -281,6 +281,11 @@ json to_json(const JoinMessage& m) {
                    {"keep_alive_interval_ms", ms(s.keep_alive_interval)},
                    {"keep_alive_max_attempt", s.keep_alive_max_attempt},
                    {"static", s.static_ranks}};
+  // New settings go out only when set: an older server never sees them.
+  if (s.exclude_after > 0 || s.exclude_cooldown != Settings{}.exclude_cooldown) {
+    r["settings"]["exclude_after"] = s.exclude_after;
+    r["settings"]["exclude_cooldown_ms"] = ms(s.exclude_cooldown);
+  }
   return r;
 }
 
@@ -339,6 +344,8 @@ Result<JoinMessage> join_from_json(const json& j) {
   g.duration("keep_alive_interval_ms", 1, s.keep_alive_interval, false);
   g.integer("keep_alive_max_attempt", 1, kMaxKeepAliveAttempts, s.keep_alive_max_attempt, false);
   g.boolean("static", s.static_ranks, false);
+  g.integer("exclude_after", 0, kMaxInt, s.exclude_after, false);
+  g.duration("exclude_cooldown_ms", 0, s.exclude_cooldown, false);
   if (!g.ok()) return g.status();
   if (s.max_nodes < s.min_nodes) {
     return invalid_argument("min_nodes must be > 0 and <= max_nodes, got min_nodes=" + std::to_string(s.min_nodes) +
@@ -505,6 +512,7 @@ json to_json(const MemberSummary& m) {
             {"connected", m.connected},
             {"heard_ms_ago", m.heard_ms_ago}};
   r["group_rank"] = m.group_rank ? json(*m.group_rank) : json(nullptr);
+  if (m.parked_ms) r["parked_ms"] = *m.parked_ms;
   return r;
 }
 
@@ -529,6 +537,13 @@ json to_json(const JobReply& r) {
     out["last_failure"] = to_json(*r.last_failure);
     out["last_failure_node"] = r.last_failure_node;
     out["last_failure_ms_ago"] = r.last_failure_ms_ago;
+  }
+  if (!r.exclusions.empty()) {
+    json list = json::array();
+    for (const auto& e : r.exclusions) {
+      list.push_back({{"address", e.address}, {"node", e.node}, {"why", e.why}, {"count", e.count}, {"left_ms", e.left_ms}});
+    }
+    out["exclusions"] = std::move(list);
   }
   return out;
 }
@@ -608,8 +623,25 @@ Result<JobReply> job_reply_from_json(const json& j) {
       int rank = 0;
       if (g.integer("group_rank", 0, kMaxNodes, rank)) m.group_rank = rank;
     }
+    long long parked = 0;
+    if (g.integer("parked_ms", 0, kMaxTimeoutMs, parked, false)) m.parked_ms = parked;
     if (!g.ok()) return g.status();
     r.members.push_back(std::move(m));
+  }
+  if (auto ex = j.find("exclusions"); ex != j.end()) {
+    if (!ex->is_array()) return invalid_argument("job: \"exclusions\" must be an array");
+    if (ex->size() > kMaxExclusions) return invalid_argument("job: more than " + std::to_string(kMaxExclusions) + " exclusions");
+    for (const auto& e : *ex) {
+      ExclusionSummary x;
+      Fields g(e, "exclusion");
+      g.string("address", kMaxNameLength, x.address);
+      g.string("node", kMaxNameLength, x.node);
+      g.string("why", kMaxTextLength, x.why);
+      g.integer("count", 0, kMaxInt, x.count);
+      g.integer("left_ms", 0, kMaxTimeoutMs, x.left_ms);
+      if (!g.ok()) return g.status();
+      r.exclusions.push_back(std::move(x));
+    }
   }
   return r;
 }
@@ -618,6 +650,8 @@ json to_json(const FailureInfo& f) {
   json j = {{"global_rank", f.global_rank}, {"local_rank", f.local_rank}, {"exitcode", f.exitcode},
             {"host", f.host},               {"message", f.message},       {"timestamp", f.timestamp}};
   if (f.pid > 0) j["pid"] = f.pid;
+  if (f.failed_at_ms > 0) j["failed_at_ms"] = f.failed_at_ms;
+  if (f.exclude_node) j["exclude_node"] = true;
   return j;
 }
 
@@ -631,6 +665,8 @@ Result<FailureInfo> failure_from_json(const json& j) {
   f.integer("pid", 0, kMaxInt, info.pid, false);
   f.string("message", kMaxTextLength, info.message);
   f.integer("timestamp", 0, std::numeric_limits<long long>::max(), info.timestamp);
+  f.integer("failed_at_ms", 0, std::numeric_limits<long long>::max(), info.failed_at_ms, false);
+  f.boolean("exclude_node", info.exclude_node, false);
   if (!f.ok()) return f.status();
   return info;
 }
@@ -652,7 +688,9 @@ json to_json(const Output& o) {
     return {{"type", "reject"}, {"v", kProtocolVersion}, {"code", code_name(r->code)}, {"message", r->message}};
   }
   if (const auto* f = std::get_if<out::Fenced>(&o)) {
-    return {{"type", "fenced"}, {"v", kProtocolVersion}, {"reason", f->reason}};
+    json x = {{"type", "fenced"}, {"v", kProtocolVersion}, {"reason", f->reason}};
+    if (f->excluded_for) x["excluded_for_ms"] = ms(*f->excluded_for);
+    return x;
   }
   if (const auto* r = std::get_if<out::Resumed>(&o)) {
     return {{"type", "resumed"}, {"v", kProtocolVersion}, {"round", r->round}};
@@ -755,7 +793,10 @@ Result<ServerMessage> server_message_from_json(const json& j) {
     out::Fenced x;
     Fields f(j, "fenced");
     f.string("reason", kMaxTextLength, x.reason);
+    long long excluded_ms = 0;
+    bool excluded = f.integer("excluded_for_ms", 0, kMaxTimeoutMs, excluded_ms, false);
     if (!f.ok()) return f.status();
+    if (excluded) x.excluded_for = Duration(excluded_ms);
     return ServerMessage(x);
   }
   if (type == "resumed") {

@@ -279,6 +279,8 @@ long long ms_between(TimePoint from, TimePoint to) {
 // A job's failure message in a query reply is cut to this (the page
 // budget leaves room for it, escaped six times over, and the summary).
 constexpr std::size_t kQueryFailureMessage = 4096;
+// Exclusions a `job` reply lists (on its first page, by address).
+constexpr std::size_t kQueryExclusions = 64;
 // The most members one job page can hold: a member takes well over 64 bytes of
 // JSON, so a page of kQueryReplyBytes never needs more.
 constexpr std::size_t kQueryMembersPerPage = kQueryReplyBytes / 64;
@@ -387,6 +389,7 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
     ms.waiting = m.waiting;
     ms.connected = m.connected;
     ms.heard_ms_ago = std::max<long long>(0, m.since_heard.count());
+    if (m.parked_for) ms.parked_ms = m.parked_for->count();
     // Measured as sent (escapes included), so a page stays far below kMaxFrame.
     bytes += dump_message(to_json(ms)).size() + 1;
     if (bytes > kQueryReplyBytes && !reply.members.empty()) {
@@ -406,6 +409,13 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
     }
     reply.last_failure_node = view.last_failure_node;
     reply.last_failure_ms_ago = view.since_last_failure ? view.since_last_failure->count() : 0;
+  }
+  // Exclusions on the first page: up to kQueryExclusions, by address.
+  if (q->from == 0) {
+    for (std::size_t i = 0; i < view.exclusions.size() && i < kQueryExclusions; ++i) {
+      const auto& e = view.exclusions[i];
+      reply.exclusions.push_back({e.address, e.node_name, e.why, e.count, e.left.count()});
+    }
   }
   s.send(to_json(reply));
 }

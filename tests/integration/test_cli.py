@@ -64,7 +64,7 @@ def test_help_exits_0():
     # muster's own options come after torchrun's, under a heading of their own, and the text names all of them.
     torchrun_part, own_part = r.stdout.split("\nmuster's own options (not torchrun's):\n")
     own = ["--auth-key-file", "--metrics-listen", "--worker-timeout", "--health-check", "--health-check-timeout",
-           "--health-check-interval", "--hostfile", "--hosts", "--include", "--exclude", "--export", "--from-launcher"]
+           "--health-check-interval", "--exclude-exit-code", "--hostfile", "--hosts", "--include", "--exclude", "--export", "--from-launcher"]
     assert "muster's own (" + ", ".join(own) + ")" in " ".join(torchrun_part.split())
     assert [line.split()[0].rstrip(",") for line in own_part.splitlines() if line.startswith("  --")] == own
     assert "--numa-binding NUMA_BINDING" in torchrun_part and "--auth-key-file" not in torchrun_part.split("options:")[1]

@@ -308,6 +308,15 @@ TEST_CASE("the keys of --rdzv-conf are resolved and checked once, when the comma
   CHECK(cfg->rdzv.keep_alive_max_attempt == 4);
   CHECK(cfg->rdzv.reconnect_timeout == std::chrono::seconds(9));
   CHECK(cfg->rdzv.is_host == false);
+  CHECK(cfg->rdzv.exclude_after == 0);  // off by default
+  auto ex = launch({"--nnodes=1:2", "--rdzv-conf=exclude_after=2,exclude_cooldown=1.5", "--exclude-exit-code=75", "x.py"});
+  REQUIRE(ex.ok());
+  CHECK(ex->rdzv.exclude_after == 2);
+  CHECK(ex->rdzv.exclude_cooldown == std::chrono::milliseconds(1500));
+  CHECK(ex->exclude_exit_code == 75);
+  CHECK_THAT(error_of({"--rdzv-conf=exclude_after=-1", "x.py"}), Catch::StartsWith("--rdzv-conf exclude_after=-1: give"));
+  CHECK_THAT(error_of({"--exclude-exit-code=0", "x.py"}), Catch::StartsWith("--exclude-exit-code='0': give the exit code"));
+  CHECK_THAT(error_of({"--exclude-exit-code=256", "x.py"}), Catch::StartsWith("--exclude-exit-code='256'"));
   CHECK_FALSE(launch({"--nnodes=2", "--rdzv-endpoint=h:1", "--rdzv-backend=c10d", "x.py"})->rdzv.is_host);
   // The static backend waits `timeout` for every node.
   CHECK(launch({"--nnodes=2", "--rdzv-conf=timeout=12", "x.py"})->rdzv.join_timeout == std::chrono::seconds(12));

@@ -267,6 +267,17 @@ TEST_CASE("muster's new options leave torchrun's unique abbreviations their mean
   CHECK(h->help);
   auto ho = parse_args({"--host", "a", "x.py"}, {});  // --hosts or --hostfile: ambiguous
   CHECK_FALSE(ho.ok());
+  // --he is still --help beside --health-check*. torchrun has no option
+  // that starts --ex, so --ex matches muster's own alone and is ambiguous.
+  auto he = parse_args({"--he"}, {});
+  REQUIRE(he.ok());
+  CHECK(he->help);
+  auto ex = parse_args({"--ex=7", "x.py"}, {});
+  REQUIRE_FALSE(ex.ok());
+  CHECK(ex.status().message().find("ambiguous option: --ex could match --exclude-exit-code") != std::string::npos);
+  auto code = parse_args({"--exclude-exit-code=75", "x.py"}, {});
+  REQUIRE(code.ok());
+  CHECK(code->values.at("exclude_exit_code") == "75");
 }
 
 namespace {

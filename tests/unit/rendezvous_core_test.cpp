@@ -796,3 +796,210 @@ TEST_CASE("a held failure released by a success report of the peer is acted on",
   CHECK(restarts[0].counts_as_failure);
   CHECK(job.rdzv.round() == 1);
 }
+
+// --- Bad nodes excluded ------------------------------------------------------
+
+namespace {
+
+Settings exclusion_settings(int min, int max, int restarts, int exclude_after) {
+  Settings s = settings(min, max, restarts);
+  s.exclude_after = exclude_after;
+  s.exclude_cooldown = 60s;
+  return s;
+}
+
+// A failure of `rank` that happened at `at_ms` (wall clock).
+FailureInfo failed_at(int rank, long long at_ms, bool exclude = false) {
+  FailureInfo f{rank, 0, 1, "host", "worker failed", at_ms / 1000, 100 + rank};
+  f.failed_at_ms = at_ms;
+  f.exclude_node = exclude;
+  return f;
+}
+
+std::vector<out::Fenced> exclusions_in(const std::vector<Output>& outs) {
+  std::vector<out::Fenced> v;
+  for (const auto& f : all<out::Fenced>(outs)) {
+    if (f.excluded_for) v.push_back(f);
+  }
+  return v;
+}
+
+// A plain join whose log lines are kept.
+std::vector<Output> loud_join(Job& job, MemberId id, const std::string& name, bool host = false) {
+  JoinRequest r;
+  r.node_name = name;
+  r.address = name + ".cluster";
+  r.store_port = 40000;
+  r.is_host = host;
+  return job.rdzv.join(id, r, job.now);
+}
+
+bool log_has(const std::vector<Output>& outs, const std::string& text) {
+  for (const auto& l : all<out::Log>(outs)) {
+    if (l.text.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a node that is the root cause of exclude_after attempts in a row is excluded, and a spare takes its place",
+          "[rdzv][exclude]") {
+  Job job(exclusion_settings(2, 2, 5, 2));
+  job.join(1, "good");
+  job.join(2, "bad");
+  REQUIRE(job.rdzv.state() == State::running);
+  job.join(3, "spare");  // beyond max: waits
+  CHECK(job.rdzv.waiting() == 1);
+
+  // Attempt 0: bad fails; good's report (its workers broke after) comes first.
+  auto first = job.rdzv.workers_failed(1, 0, failed_at(0, 10'500), job.now);
+  CHECK(all<out::Restart>(first).size() == 2);
+  auto late = job.rdzv.workers_failed(2, 0, failed_at(1, 10'000), job.now);
+  CHECK(log_has(late, "the workers of node bad failed first"));
+  CHECK(exclusions_in(late).empty());  // one attempt: not yet
+  // The spare stepped in; bad rejoins first and takes the other place.
+  job.join(2, "bad");
+  auto round1 = all<out::Assign>(job.join(1, "good"));
+  CHECK(round1.empty());  // the round was full with spare and bad: good waits
+  REQUIRE(job.rdzv.state() == State::running);
+
+  // Attempt 1: bad fails again, alone: the verdict waits for the spare's
+  // report or rejoin, then excludes bad.
+  auto second = job.rdzv.workers_failed(2, 1, failed_at(1, 20'000), job.now);
+  CHECK(exclusions_in(second).empty());
+  CHECK(job.rdzv.restart_count() == 2);
+  auto back = job.join(3, "spare");
+  // good (waiting) and spare form the round; bad is out.
+  auto fenced = exclusions_in(back);
+  REQUIRE(fenced.size() == 1);
+  CHECK(fenced[0].member == 2);
+  CHECK(*fenced[0].excluded_for == 60s);
+  CHECK(fenced[0].reason.find("root cause of 2 failed attempts in a row (exclude_after=2)") != std::string::npos);
+  CHECK(all<out::Assign>(back).size() == 2);
+  CHECK(job.rdzv.state() == State::running);
+  CHECK(job.rdzv.members() == 2);
+  CHECK(job.rdzv.counters().excluded == 1);
+  auto view = job.rdzv.view(job.now);
+  REQUIRE(view.exclusions.size() == 1);
+  CHECK(view.exclusions[0].address == "bad.cluster");
+  CHECK(view.exclusions[0].count == 1);
+  CHECK(view.exclusions[0].left == 60s);
+
+  // Within its cooldown the address is parked, whatever agent joins from it.
+  job.agents.erase(2);
+  job.advance(10s);
+  auto parked = job.join(7, "bad-restarted", 1, "bad.cluster");
+  CHECK(all<out::Assign>(parked).empty());
+  auto parked_view = job.rdzv.view(job.now);
+  bool seen = false;
+  for (const auto& m : parked_view.members) {
+    if (m.node_name == "bad-restarted") {
+      seen = true;
+      REQUIRE(m.parked_for);
+      CHECK(*m.parked_for == 50s);
+    }
+  }
+  CHECK(seen);
+  CHECK(job.rdzv.progress(7, job.now));
+  // Once the cooldown is over it is a spare: the round is full, it waits.
+  job.advance(51s);
+  CHECK(job.rdzv.waiting() == 1);
+  CHECK(job.rdzv.state() == State::running);
+  CHECK(job.rdzv.round() == 2);
+
+  // Excluded again later: the cooldown doubles.
+  job.rdzv.workers_failed(1, 2, failed_at(0, 90'000, true), job.now);
+  auto again = job.advance(6s);  // the verdict's settle time passes
+  auto second_exclusion = exclusions_in(again);
+  REQUIRE(second_exclusion.size() == 1);
+  CHECK(second_exclusion[0].member == 1);
+  CHECK(*second_exclusion[0].excluded_for == 60s);  // good's first
+  CHECK(second_exclusion[0].reason.find("--exclude-exit-code") != std::string::npos);
+}
+
+TEST_CASE("another node's root cause breaks the streak", "[rdzv][exclude]") {
+  Job job(exclusion_settings(1, 3, 5, 2));
+  job.join(1, "a");
+  job.join(2, "b");
+  job.join(3, "c");
+  auto fail_and_rejoin = [&](MemberId who, int round) {
+    auto out = job.rdzv.workers_failed(who, round, failed_at(0, 1000 * (round + 1)), job.now);
+    for (MemberId id : {1, 2, 3}) {
+      auto more = job.join(id, std::string(1, static_cast<char>('a' + id - 1)));
+      out.insert(out.end(), more.begin(), more.end());
+    }
+    return out;
+  };
+  CHECK(exclusions_in(fail_and_rejoin(2, 0)).empty());
+  CHECK(exclusions_in(fail_and_rejoin(1, 1)).empty());
+  CHECK(exclusions_in(fail_and_rejoin(2, 2)).empty());
+  auto out = fail_and_rejoin(2, 3);  // b twice in a row now
+  auto ex = exclusions_in(out);
+  REQUIRE(ex.size() == 1);
+  CHECK(ex[0].member == 2);
+  CHECK(job.rdzv.restart_count() == 4);
+}
+
+TEST_CASE("a node is never excluded where the job would end without it", "[rdzv][exclude]") {
+  SECTION("fewer than min nodes would remain") {
+    Job job(exclusion_settings(2, 2, 5, 1));
+    job.join(1, "a");
+    job.join(2, "b");
+    auto out = job.rdzv.workers_failed(2, 0, failed_at(0, 1000), job.now);
+    auto more = loud_join(job, 1, "a");
+    out.insert(out.end(), more.begin(), more.end());
+    CHECK(exclusions_in(out).empty());
+    CHECK(log_has(out, "node b (b.cluster) is not excluded although it was the root cause of 1 failed attempts in a row"));
+    CHECK(log_has(out, "fewer than --nnodes' minimum of 2"));
+    CHECK(job.rdzv.members() == 2);
+    CHECK(job.rdzv.counters().excluded == 0);
+  }
+  SECTION("it hosts the rendezvous") {
+    Job job(exclusion_settings(1, 2, 5, 1));
+    job.join(1, "host", 1, "", true);
+    job.join(2, "b");
+    auto out = job.rdzv.workers_failed(1, 0, failed_at(0, 1000, true), job.now);
+    auto more = loud_join(job, 2, "b");
+    out.insert(out.end(), more.begin(), more.end());
+    CHECK(exclusions_in(out).empty());
+    CHECK(log_has(out, "it hosts the rendezvous"));
+  }
+  SECTION("static ranks") {
+    Settings s = exclusion_settings(2, 2, 5, 1);
+    s.static_ranks = true;
+    Job job(s);
+    job.join(1, "a", 1, "", false, 0);
+    job.join(2, "b", 1, "", false, 1);
+    auto out = job.rdzv.workers_failed(2, 0, failed_at(0, 1000), job.now);
+    auto more = job.advance(6s);
+    out.insert(out.end(), more.begin(), more.end());
+    CHECK(exclusions_in(out).empty());
+    CHECK(job.rdzv.counters().excluded == 0);
+  }
+}
+
+TEST_CASE("without exclude_after, a failure that asks for it excludes its node at once", "[rdzv][exclude]") {
+  Job job(exclusion_settings(1, 2, 3, 0));
+  job.join(1, "a");
+  job.join(2, "b");
+  job.advance(31s);
+  auto out = job.rdzv.workers_failed(1, 0, failed_at(0, 5000), job.now);
+  // b's workers failed later, but a's asked for its node to go: a is the root.
+  auto late = job.rdzv.workers_failed(2, 0, failed_at(1, 6000, true), job.now);
+  out.insert(out.end(), late.begin(), late.end());
+  auto ex = exclusions_in(out);
+  REQUIRE(ex.size() == 1);
+  CHECK(ex[0].member == 2);
+  CHECK(job.rdzv.members() == 1);
+  CHECK(job.rdzv.restart_count() == 1);
+}
+
+TEST_CASE("every node gives the same exclusion settings", "[rdzv][exclude]") {
+  Rendezvous r(exclusion_settings(1, 2, 0, 2));
+  CHECK(r.accepts_settings("j", exclusion_settings(1, 2, 0, 2)).ok());
+  auto st = r.accepts_settings("j", exclusion_settings(1, 2, 0, 3));
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().find("exclude_after=2") != std::string::npos);
+  CHECK(st.message().find("give every node the same values") != std::string::npos);
+}

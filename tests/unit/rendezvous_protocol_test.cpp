@@ -193,7 +193,7 @@ TEST_CASE("membership messages round-trip and their fields are checked", "[frame
   auto ack = server_message_from_json(heartbeat_ack_message(77));
   REQUIRE(ack.ok());
   CHECK(std::get<HeartbeatAck>(ack.value()).seq == 77u);
-  auto fenced = server_message_from_json(to_json(Output(out::Fenced{0, "silent"})));
+  auto fenced = server_message_from_json(to_json(Output(out::Fenced{0, "silent", std::nullopt})));
   REQUIRE(fenced.ok());
   CHECK(std::get<out::Fenced>(fenced.value()).reason == "silent");
   auto resumed = server_message_from_json(to_json(Output(out::Resumed{0, 3})));
@@ -216,4 +216,62 @@ TEST_CASE("membership messages round-trip and their fields are checked", "[frame
   auto f = to_json(FailureInfo{1, 0, 3, "h", "m", 1, 0});
   CHECK_FALSE(f.contains("pid"));
   CHECK(failure_from_json(f).value().pid == 0);
+}
+
+TEST_CASE("exclusion fields are new fields of existing messages, absent when unused", "[frames][exclude]") {
+  // Settings: sent only when not the defaults, so an older server never sees them.
+  JoinMessage m;
+  m.job = "j";
+  m.request.node_name = "n";
+  m.request.address = "a";
+  auto plain = to_json(m);
+  CHECK_FALSE(plain["settings"].contains("exclude_after"));
+  m.settings.exclude_after = 2;
+  m.settings.exclude_cooldown = Duration(7000);
+  auto decoded = join_from_json(to_json(m));
+  REQUIRE(decoded.ok());
+  CHECK(decoded->settings.exclude_after == 2);
+  CHECK(decoded->settings.exclude_cooldown == Duration(7000));
+  auto negative = to_json(m);
+  negative["settings"]["exclude_after"] = -1;
+  CHECK_FALSE(join_from_json(negative).ok());
+
+  // A failure: when it happened, and whether it asks for its node's exclusion.
+  FailureInfo f{1, 0, 75, "h", "m", 12, 34};
+  CHECK_FALSE(to_json(f).contains("exclude_node"));
+  f.failed_at_ms = 12'345;
+  f.exclude_node = true;
+  auto back = failure_from_json(to_json(f));
+  REQUIRE(back.ok());
+  CHECK(back->failed_at_ms == 12'345);
+  CHECK(back->exclude_node);
+  auto wrong = to_json(f);
+  wrong["exclude_node"] = "yes";
+  CHECK_FALSE(failure_from_json(wrong).ok());
+
+  // The fence: an older agent reads the reason and joins again (parked).
+  auto fence = to_json(Output(out::Fenced{0, "excluded", Duration(60000)}));
+  auto read = server_message_from_json(fence);
+  REQUIRE(read.ok());
+  CHECK(std::get<out::Fenced>(read.value()).excluded_for == Duration(60000));
+  CHECK_FALSE(to_json(Output(out::Fenced{0, "silent", std::nullopt})).contains("excluded_for_ms"));
+  fence["excluded_for_ms"] = -5;
+  CHECK_FALSE(server_message_from_json(fence).ok());
+
+  // musterctl's view of a job.
+  JobReply r;
+  r.job.id = "j";
+  r.exclusions.push_back({"10.0.0.2", "n2", "why", 2, 5000});
+  MemberSummary ms;
+  ms.node = "n3";
+  ms.address = "10.0.0.2";
+  ms.local_world_size = 1;
+  ms.parked_ms = 4000;
+  r.members.push_back(ms);
+  auto reply = job_reply_from_json(to_json(r));
+  REQUIRE(reply.ok());
+  REQUIRE(reply->exclusions.size() == 1);
+  CHECK(reply->exclusions[0].count == 2);
+  CHECK(reply->exclusions[0].left_ms == 5000);
+  CHECK(reply->members[0].parked_ms == 4000);
 }

@@ -34,7 +34,18 @@
 //   held: until that member is back (then it is a failure, as any other) or
 //   lost (then it is the loss's consequence, not counted; the restart names
 //   the lost node and the failure that followed).
-// - Only a `leave`, a loss or silence removes a member.
+// - Bad nodes are excluded (Settings::exclude_after, a failure that asks for
+//   it): the node that was the root cause of exclude_after failed attempts in
+//   a row (the earliest failure of an attempt, by when it happened, not by
+//   when its report arrived: the verdict waits until every node of the
+//   attempt reported or joined again, at most kVerdictSettle), or whose
+//   worker asked, is told it is excluded
+//   (a fence with a cooldown) and leaves the job, which re-forms without it.
+//   Never where that would end the job: fewer than min_nodes would remain,
+//   the node hosts the rendezvous, or ranks are static. Keyed by address: a
+//   join from an excluded address waits (parked) until its cooldown ends,
+//   whatever agent sends it. The cooldown doubles with each exclusion.
+// - Only a `leave`, a loss, silence or an exclusion removes a member.
 // - A member removed for silence is fenced: told so whenever it can still be
 //   reached (now, or when it comes back), so it stops its workers and joins
 //   again as a newcomer.
@@ -79,6 +90,15 @@ inline TimePoint saturating_add(TimePoint t, Duration d) {
 // (back-off, connect, handshake), far shorter than the dead-after window.
 constexpr Duration kLossGrace{5000};
 
+// An excluded node's cooldown doubles with each exclusion of its address, up to this.
+constexpr Duration kMaxExcludeCooldown = std::chrono::hours(1);
+// How long the verdict on a failed attempt (whose failure came first) waits
+// for the reports of the attempt's other nodes: it is given once each of them
+// reported or joined again, or after this.
+constexpr Duration kVerdictSettle{5000};
+// Addresses the core remembers exclusions of; past it, expired ones are forgotten.
+constexpr std::size_t kMaxExclusions = 4096;
+
 // How a member's connection ended, as the server saw it.
 enum class Disconnect {
   broken,          // a reset, a timeout, an error, or a close the server made: silence decides
@@ -95,6 +115,10 @@ struct Settings {
   Duration keep_alive_interval = std::chrono::seconds(5);
   int keep_alive_max_attempt = 3;
   bool static_ranks = false;  // the static backend: members bring their node rank
+  // A node that was the root cause of this many failed attempts in a row is
+  // excluded (0: never); the first exclusion lasts exclude_cooldown.
+  int exclude_after = 0;
+  Duration exclude_cooldown = std::chrono::seconds(60);
 
   Duration dead_after() const { return keep_alive_interval * keep_alive_max_attempt; }
 };
@@ -118,7 +142,16 @@ struct FailureInfo {
   std::string message;
   long long timestamp = 0;
   int pid = 0;  // 0: not known (an agent older than this field)
+  // When its agent saw the worker end (Unix time, milliseconds; 0: not
+  // known): orders the failures of one attempt finer than `timestamp`.
+  long long failed_at_ms = 0;
+  // The worker asked for its node to be excluded (--exclude-exit-code).
+  bool exclude_node = false;
 };
+// When a failure happened, as finely as its report says.
+inline long long failure_time_ms(const FailureInfo& f) {
+  return f.failed_at_ms > 0 ? f.failed_at_ms : f.timestamp * 1000;
+}
 
 // A member that held a place in a running round when its connection broke
 // says so when it reconnects: the round, its place in it (as assigned), and
@@ -191,6 +224,9 @@ struct Finished {
 struct Fenced {
   MemberId member = 0;
   std::string reason;
+  // Excluded (a bad node): how long before the rendezvous takes it back. An
+  // agent that does not know the field joins again at once and is parked.
+  std::optional<Duration> excluded_for;
 };
 // A member that reconnected has its place back; its workers go on.
 struct Resumed {
@@ -235,6 +271,15 @@ struct MemberView {
   bool waiting = false;           // joined while a round runs
   bool connected = true;
   Duration since_heard{0};
+  std::optional<Duration> parked_for;  // excluded: joined, taken in once its cooldown ends
+};
+// A node excluded from the job (by address), and until when.
+struct ExclusionView {
+  std::string address;
+  std::string node_name;
+  std::string why;
+  int count = 0;       // exclusions of this address so far
+  Duration left{0};    // of the current cooldown (0: over)
 };
 struct JobView {
   State state = State::forming;
@@ -249,6 +294,7 @@ struct JobView {
   std::optional<FailureInfo> last_failure;
   std::string last_failure_node;
   std::optional<Duration> since_last_failure;
+  std::vector<ExclusionView> exclusions;  // by address
 };
 
 // What a job has done so far, for metrics; the server adds up its jobs'.
@@ -260,7 +306,9 @@ struct Counters {
   uint64_t lost_to_close = 0;     // members lost after closing their connection without leave
   uint64_t failures_held = 0;     // failures held while another member was unreachable
   uint64_t left = 0;              // members that said leave
+  uint64_t excluded = 0;          // nodes excluded (exclude_after, --exclude-exit-code)
   Counters& operator+=(const Counters& o) {
+    excluded += o.excluded;
     rounds += o.rounds;
     restarts += o.restarts;
     failures += o.failures;
@@ -330,6 +378,23 @@ class Rendezvous {
     bool done = false;
     bool connected = true;
     std::optional<TimePoint> closed_at;  // its side closed the connection without leave
+    std::optional<TimePoint> parked_until;  // joined from an excluded address: taken in then
+  };
+  struct Exclusion {
+    std::string node_name;
+    std::string why;
+    TimePoint until{};
+    int count = 0;
+  };
+  // A failure reported for a round, kept until another round fails.
+  struct RoundFailure {
+    std::string node_name;
+    std::string address;
+    FailureInfo failure;
+  };
+  struct Verdict {
+    MemberId member = 0;
+    std::string why;
   };
   // A failure reported while another member of the round was unreachable.
   struct HeldFailure {
@@ -340,6 +405,24 @@ class Rendezvous {
   };
 
   void complete_round(std::vector<Output>& out);
+  // The rest of a join: into the forming round, or waiting for the next one.
+  void admit(MemberId member, TimePoint now, std::vector<Output>& out);
+  void record_failure(MemberId member, int round, const FailureInfo& failure);
+  // The failure of failures_round_ that happened first (one that asks for
+  // its node's exclusion comes before any other); null when none.
+  const RoundFailure* root_failure() const;
+  // Decides the root cause of failures_round_: its node's streak grows, every
+  // other node's ends. The member to exclude, if the rules say so.
+  std::optional<Verdict> judge(std::vector<Output>& out);
+  // `name` has reported or joined again: the verdict may be due.
+  void accounted(const std::string& name, TimePoint now, std::vector<Output>& out);
+  // Gives the pending verdict now (excluding a node if it says so).
+  void settle(TimePoint now, std::vector<Output>& out);
+  // Whether the job can go on without `member`; why not, when it cannot.
+  std::optional<std::string> cannot_exclude(MemberId member) const;
+  Duration cooldown_for(const std::string& address) const;
+  void exclude(const Verdict& v, TimePoint now, std::vector<Output>& out);
+  void unpark(TimePoint now, std::vector<Output>& out);
   void restart_round(std::vector<Output>& out, bool counts, const std::string& reason, TimePoint now);
   std::vector<Output> drop(MemberId member, TimePoint now, const std::string& why, bool fence = false);
   void rebind(MemberId from, MemberId to);
@@ -388,6 +471,19 @@ class Rendezvous {
   std::optional<FailureInfo> last_failure_;
   std::string last_failure_node_;
   TimePoint last_failure_at_{};
+  // Exclusions by address, and root-cause streaks (only the latest root's
+  // address has one: any other node's root cause ends it).
+  std::map<std::string, Exclusion> excluded_;
+  std::map<std::string, int> streak_;
+  int failures_round_ = -1;
+  std::vector<RoundFailure> round_failures_;
+  // The verdict on failures_round_, once it ended by a failure: due when
+  // every node in `outstanding` reported or joined again, or at `deadline`.
+  struct PendingVerdict {
+    std::set<std::string> outstanding;
+    TimePoint deadline{};
+  };
+  std::optional<PendingVerdict> verdict_;
   // Rebuilding a running round from resuming members (a restarted server).
   bool recovering_ = false;
   int recovering_world_ = 0;

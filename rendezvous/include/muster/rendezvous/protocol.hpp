@@ -161,6 +161,15 @@ struct MemberSummary {
   bool waiting = false;
   bool connected = true;
   long long heard_ms_ago = 0;
+  std::optional<long long> parked_ms;  // excluded: joined, taken in after this long
+};
+// A node excluded from the job, by address.
+struct ExclusionSummary {
+  std::string address;
+  std::string node;
+  std::string why;
+  int count = 0;
+  long long left_ms = 0;  // of its cooldown (0: over)
 };
 struct JobReply {
   JobSummary job;
@@ -170,6 +179,7 @@ struct JobReply {
   std::optional<FailureInfo> last_failure;
   std::string last_failure_node;
   long long last_failure_ms_ago = 0;
+  std::vector<ExclusionSummary> exclusions;
 };
 nlohmann::json to_json(const JobsQuery& q);
 nlohmann::json to_json(const JobQuery& q);
