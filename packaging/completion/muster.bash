@@ -24,7 +24,8 @@ _muster() {
       --local[-_]ranks[-_]filter | --duplicate[-_]std*[-_]filters | --node[-_]rank | --master[-_]addr | \
       --master[-_]port | --local[-_]addr | --logs[-_]specs | --numa[-_]binding | --signals[-_]to[-_]handle | \
       --shutdown[-_]timeout | --auth[-_]key[-_]file | --metrics[-_]listen | --worker[-_]timeout | \
-      --health[-_]check | --health[-_]check[-_]timeout | --health[-_]check[-_]interval | --hostfile | --hosts | --include | --exclude | \
+      --health[-_]check | --health[-_]check[-_]timeout | --health[-_]check[-_]interval | --exclude[-_]exit[-_]code | \
+      --hostfile | --hosts | --include | --exclude | \
       --export | --from[-_]launcher) ((i++)) ;;
       -*) ;;
       *) COMPREPLY=($(compgen -f -- "$cur")); return ;;

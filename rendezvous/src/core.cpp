@@ -184,8 +184,16 @@ void Rendezvous::admit(MemberId member, TimePoint now, std::vector<Output>& out)
     }
     return;
   }
-  // Running: a newcomer below max nodes is admitted by a new round.
+  // Running: a newcomer below max nodes is admitted by a new round. A node
+  // back from an exclusion is a spare: it waits for the round to re-form for
+  // another reason rather than stop a job that runs without it.
   waiting_.insert(member);
+  if (excluded_.count(request.address)) {
+    note(out, "node " + request.node_name + " (" + request.address +
+                  ") waits as a spare: it was excluded, and the running round " + std::to_string(round_) +
+                  " goes on without it");
+    return;
+  }
   note(out, "node " + request.node_name + " waits to join the running round " + std::to_string(round_));
   if (!recovering_ && ranked_.size() < max) {
     restart_round(out, false, "node " + request.node_name + " is waiting to join", now);

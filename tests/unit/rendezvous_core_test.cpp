@@ -918,6 +918,29 @@ TEST_CASE("a node that is the root cause of exclude_after attempts in a row is e
   CHECK(second_exclusion[0].reason.find("--exclude-exit-code") != std::string::npos);
 }
 
+TEST_CASE("a node back from its exclusion waits as a spare and does not stop a running round", "[rdzv][exclude]") {
+  Job job(exclusion_settings(1, 2, 5, 0));
+  job.join(1, "good");
+  job.join(2, "bad");
+  job.rdzv.workers_failed(2, 0, failed_at(1, 1000, true), job.now);
+  auto out = job.join(1, "good");  // the verdict: bad excluded (good remains, min 1)
+  REQUIRE(exclusions_in(out).size() == 1);
+  job.agents.erase(2);
+  job.advance(31s);  // good alone: the round closes at last call
+  REQUIRE(job.rdzv.state() == State::running);
+  int round = job.rdzv.round();
+  job.advance(30s);  // past the 60 s cooldown
+  auto back = job.join(2, "bad");
+  CHECK(all<out::Restart>(back).empty());
+  CHECK(job.rdzv.round() == round);
+  CHECK(job.rdzv.waiting() == 1);
+  // The next re-form (a failure of good) takes it in again.
+  auto again = job.rdzv.workers_failed(1, round, failed_at(0, 70'000), job.now);
+  CHECK(all<out::Restart>(again).size() == 1);
+  auto formed = job.join(1, "good");
+  CHECK(all<out::Assign>(formed).size() == 2);
+}
+
 TEST_CASE("another node's root cause breaks the streak", "[rdzv][exclude]") {
   Job job(exclusion_settings(1, 3, 5, 2));
   job.join(1, "a");

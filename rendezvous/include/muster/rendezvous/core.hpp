@@ -44,7 +44,8 @@
 //   Never where that would end the job: fewer than min_nodes would remain,
 //   the node hosts the rendezvous, or ranks are static. Keyed by address: a
 //   join from an excluded address waits (parked) until its cooldown ends,
-//   whatever agent sends it. The cooldown doubles with each exclusion.
+//   whatever agent sends it. The cooldown doubles with each exclusion. Back
+//   after it, the node is a spare: it does not make a running round re-form.
 // - Only a `leave`, a loss, silence or an exclusion removes a member.
 // - A member removed for silence is fenced: told so whenever it can still be
 //   reached (now, or when it comes back), so it stops its workers and joins
