@@ -11,6 +11,7 @@
 #include "failure_report.hpp"
 #include "group_assignment.hpp"
 #include "launch_channel.hpp"
+#include "muster/common/text.hpp"
 #include "muster/common/endpoint.hpp"
 #include "muster/common/log.hpp"
 #include "muster/net/unique_fd.hpp"
@@ -201,6 +202,7 @@ Status Agent::open_file_timer() {
     auto claimed = claim_expired_timer(w, running);
     if (!claimed) return;
     auto kill = std::make_shared<TimerKill>(std::move(*claimed));
+    if (member_) member_->report_hung(group_.base_global_rank + kill->local_rank);
     take_stacks_then([kill] { send_timer_signal(*kill); });
   });
   if (!server.ok()) return server.status();
@@ -226,6 +228,9 @@ void Agent::on_workers_silent(const std::vector<ProgressWatch::Silent>& all_sile
   // are taken the group may have stopped, or restarted with new ones.
   std::map<int, pid_t> pids;
   for (const auto& s : silent) pids[s.local_rank] = supervisor_.reported_pid(s.local_rank);
+  // The other nodes' workers wait for it in a collective now: their stacks
+  // show where (the rendezvous asks them), taken while this node's are.
+  if (member_) member_->report_hung(group_.base_global_rank + silent.front().local_rank);
   const int attempt = core_.groups_started();
   take_stacks_then([this, silent, pids, attempt] {
     if (core_.groups_started() == attempt) kill_hung(silent, pids);
@@ -251,9 +256,15 @@ void Agent::kill_hung(const std::vector<ProgressWatch::Silent>& silent, const st
 }
 
 // py-spy for the stacks of a hung job: MUSTER_PY_SPY (a path; empty: none),
-// else on PATH, else beside the workers' Python. Only with a watchdog.
+// else on PATH, else beside the workers' Python. Only with a watchdog (a
+// request from the rendezvous finds it when it comes).
 void Agent::open_stack_dump() {
   if (cfg_.worker_timeout.count() <= 0 && cfg_.file_timer_path.empty()) return;
+  find_py_spy();
+}
+
+void Agent::find_py_spy() {
+  if (stacks_) return;
   std::string program;
   if (auto forced = env_.find("MUSTER_PY_SPY"); forced != env_.end()) {
     program = forced->second;
@@ -267,13 +278,17 @@ void Agent::open_stack_dump() {
   stacks_ = std::make_unique<StackDump>(io_, program, kStackDumpLimit);
 }
 
+namespace {
+constexpr const char* kNoPySpy =
+    "py-spy is not on PATH or beside the workers' Python, so the workers' Python stacks cannot be taken; install "
+    "it (pip install py-spy) in the job's environment, or name it with MUSTER_PY_SPY";
+}  // namespace
+
 void Agent::take_stacks_then(std::function<void()> then) {
   if (!stacks_ || !stacks_->available()) {
     if (stacks_ && !stacks_hint_said_) {
       stacks_hint_said_ = true;
-      log::warning("worker watchdog: py-spy is not on PATH or beside the workers' Python, so the hung workers' "
-                   "Python stacks cannot be taken; install it (pip install py-spy) in the job's environment, or "
-                   "name it with MUSTER_PY_SPY");
+      log::warning(std::string("worker watchdog: ") + kNoPySpy);
     }
     then();
     return;
@@ -281,13 +296,38 @@ void Agent::take_stacks_then(std::function<void()> then) {
   // A dump under way covers this hang too: its kill waits for it.
   after_stacks_.push_back(std::move(then));
   if (stacks_->running()) return;
+  start_dump("worker watchdog: Python stacks", true);
+}
+
+void Agent::take_requested_stacks(const std::string& reason) {
+  if (finished()) return;
+  if (core_.phase() != Phase::running) {
+    log::info("[" + cfg_.role + "] the rendezvous asked for the workers' stacks (" + log_excerpt(reason, 500) +
+              "), but no workers run on this node");
+    return;
+  }
+  find_py_spy();
+  if (!stacks_->available()) {
+    if (!stacks_hint_said_) {
+      stacks_hint_said_ = true;
+      log::warning("[" + cfg_.role + "] the rendezvous asked for the workers' stacks (" + log_excerpt(reason, 500) +
+                   "): " + kNoPySpy);
+    }
+    return;
+  }
+  if (stacks_->running()) return;  // the dump under way answers it
+  log::warning("[" + cfg_.role + "] the rendezvous asks for the workers' Python stacks: " + log_excerpt(reason, 500));
+  start_dump("Python stacks (" + log_excerpt(reason, 500) + ")", false);
+}
+
+void Agent::start_dump(const std::string& title, bool for_report) {
   std::vector<StackDump::Target> targets;
   for (int lr : supervisor_.running()) {
     pid_t pid = supervisor_.reported_pid(lr);
     if (pid > 0) targets.push_back({lr, group_.base_global_rank + lr, pid});
   }
-  stacks_->dump(std::move(targets), [this, dir = attempt_dir_](std::vector<StackDump::Stack> stacks) {
-    if (!finished()) record_stacks(stacks, dir);
+  stacks_->dump(std::move(targets), [this, dir = attempt_dir_, title, for_report](std::vector<StackDump::Stack> stacks) {
+    if (!finished()) record_stacks(stacks, dir, title, for_report);
     auto waiting = std::move(after_stacks_);
     after_stacks_.clear();
     for (auto& then : waiting) {
@@ -297,17 +337,17 @@ void Agent::take_stacks_then(std::function<void()> then) {
 }
 
 // Into the log, and with --log-dir into <attempt>/<local_rank>/stacks.txt.
-void Agent::record_stacks(const std::vector<StackDump::Stack>& stacks, const std::string& attempt_dir) {
+void Agent::record_stacks(const std::vector<StackDump::Stack>& stacks, const std::string& attempt_dir,
+                          const std::string& heading, bool for_report) {
   std::vector<std::string> files;
   for (const auto& s : stacks) {
-    const std::string title = "worker watchdog: Python stacks of rank " + std::to_string(s.target.global_rank) +
-                              " (local_rank " + std::to_string(s.target.local_rank) + ", pid " +
-                              std::to_string(s.target.pid) + "), by " + stacks_->program() + " dump (" +
-                              s.how_it_ended + ")";
+    const std::string title = heading + " of rank " + std::to_string(s.target.global_rank) + " (local_rank " +
+                              std::to_string(s.target.local_rank) + ", pid " + std::to_string(s.target.pid) +
+                              "), by " + stacks_->program() + " dump (" + s.how_it_ended + ")";
     log::error(title + ":\n" + s.text);
     if (attempt_dir.empty()) continue;
     const std::string path = attempt_dir + "/" + std::to_string(s.target.local_rank) + "/stacks.txt";
-    net::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    net::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     if (!fd) {
       log::warning("cannot write " + path + ": " + std::strerror(errno));
       continue;
@@ -317,6 +357,7 @@ void Agent::record_stacks(const std::vector<StackDump::Stack>& stacks, const std
     writer_.release(sink);
     files.push_back(path);
   }
+  if (!for_report) return;
   stacks_where_ = files.empty() ? "in the log above"
                                 : "in the log above and in " + attempt_dir + "/<local_rank>/stacks.txt";
 }

@@ -84,7 +84,16 @@ class Agent {
   // there), then `then` (the kill), on the loop.
   void open_stack_dump();
   void take_stacks_then(std::function<void()> then);
-  void record_stacks(const std::vector<StackDump::Stack>& stacks, const std::string& attempt_dir);
+  // The rendezvous asks for this node's workers' stacks (another node's rank
+  // hung, or musterctl stacks): into the log, nothing is killed.
+  void take_requested_stacks(const std::string& reason);
+  // Starts a dump of every running worker (none under way); `title` heads
+  // each stack in the log; then the kills that wait for a dump.
+  void start_dump(const std::string& title, bool for_report);
+  // py-spy, found once: stacks_ (available() false when there is none).
+  void find_py_spy();
+  void record_stacks(const std::vector<StackDump::Stack>& stacks, const std::string& attempt_dir,
+                     const std::string& title, bool for_report);
   // --health-check: `join` once the node's check passes (at once without one).
   void join_when_healthy(const std::string& reason, std::function<void()> join);
   void open_health_check();

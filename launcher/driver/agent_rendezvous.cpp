@@ -68,6 +68,7 @@ Status Agent::setup_rendezvous() {
   };
   events.fenced = [this] { apply(core_.on_fenced()); };
   events.failed = [this](const Status& st) { on_rendezvous_failed(st); };
+  events.stacks_requested = [this](const std::string& reason) { take_requested_stacks(reason); };
   events.round_store = [this, is_static, address = id.address]() -> Result<int> {
     // Each round gets a store of its own, advertised with its join: workers
     // of the round that ended cannot write into it, and nobody resets it

@@ -143,6 +143,7 @@ rendezvous::JoinMessage RendezvousMember::join_message() const {
   m.request.is_host = id_.is_host;
   m.request.node_rank = id_.node_rank;
   m.request.launch_order = id_.launch_order;
+  m.request.features = {rendezvous::kFeatureStacks};
   m.settings = settings_.rdzv;
   return m;
 }
@@ -282,6 +283,7 @@ void RendezvousMember::handle(const rendezvous::out::Assign& a) {
   join_pending_ = false;
   round_ = a.round;
   assignment_ = a;
+  server_takes_hung_ = std::find(a.features.begin(), a.features.end(), rendezvous::kFeatureStacks) != a.features.end();
   // The join that brought this was heard: the lease runs from its sending.
   lease_.renew(join_sent_at_);
   arm_lease_timer();
@@ -417,6 +419,16 @@ void RendezvousMember::report_failure(const rendezvous::FailureInfo& failure) {
   if (!left_ && rdzv_->connected()) {
     rdzv_->send(rendezvous::to_json(rendezvous::WorkersFailedMessage{round_, failure}));
   }
+}
+
+void RendezvousMember::report_hung(int global_rank) {
+  if (left_ || !assignment_ || !server_takes_hung_ || !rdzv_->connected()) return;
+  rdzv_->send(rendezvous::to_json(rendezvous::HungMessage{round_, global_rank}));
+}
+
+void RendezvousMember::handle(const rendezvous::out::DumpStacks& d) {
+  if (shutting_down() || !events_.stacks_requested) return;
+  events_.stacks_requested(d.reason);
 }
 
 void RendezvousMember::report_success() {

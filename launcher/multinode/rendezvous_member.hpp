@@ -113,6 +113,9 @@ class RendezvousMember {
     // Before each join for a new round: the port of the workers' store this
     // node advertises for it (a fresh store per round, or the static one).
     std::function<Result<int>()> round_store;
+    // The rendezvous asks for the workers' Python stacks (a rank of the job
+    // was taken for hung, or an operator asked): why, for the log.
+    std::function<void(const std::string& reason)> stacks_requested;
   };
 
   RendezvousMember(boost::asio::io_context& io, std::string host, int port, MemberSettings settings,
@@ -128,6 +131,9 @@ class RendezvousMember {
   void report_success();
   void leave();
   void step_out(const std::string& why);
+  // A worker of this node was taken for hung: the rendezvous has the other
+  // nodes take their stacks (only when its assignment said it can).
+  void report_hung(int global_rank);
   // After an exclusion (a fence with a cooldown): how long to wait before
   // joining again, once; nullopt otherwise.
   std::optional<std::chrono::milliseconds> take_exclusion_wait() { return std::exchange(exclusion_wait_, std::nullopt); }
@@ -155,6 +161,7 @@ class RendezvousMember {
   void handle(const rendezvous::out::Waiting& w);
   void handle(const rendezvous::out::Restart& r);
   void handle(const rendezvous::out::Fenced& fen);
+  void handle(const rendezvous::out::DumpStacks& d);
   void handle(const rendezvous::out::Finished& f);
   void handle(const rendezvous::out::Reject& rej);
   void handle(const rendezvous::ErrorMessage& e);
@@ -169,6 +176,7 @@ class RendezvousMember {
   bool shutting_down() const;
   bool within_stale_connection_window();
   std::optional<std::chrono::milliseconds> exclusion_wait_;
+  bool server_takes_hung_ = false;  // the assignment listed kFeatureStacks
 
   MemberSettings settings_;
   MemberIdentity id_;

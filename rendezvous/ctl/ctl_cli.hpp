@@ -14,7 +14,7 @@ struct Options {
   std::string key_file;
   bool json = false;
   double timeout = 10;
-  std::string command;  // "jobs" or "job"
+  std::string command;  // "jobs", "job" or "stacks"
   std::string job;
 };
 
@@ -45,6 +45,12 @@ inline void define(CLI::App& app, Options& o) {
              "heartbeat) and its last failure");
   job->add_option("ID", o.job, "the job's --rdzv-id")->required();
   job->callback([&o] { o.command = "job"; });
+  auto* stacks = app.add_subcommand(
+      "stacks", "asks every agent of a running job to take its workers' Python stacks (py-spy dump) and write them "
+                "to its log (and to --log-dir's attempt folder, stacks.txt per worker); says how many agents were "
+                "asked");
+  stacks->add_option("ID", o.job, "the job's --rdzv-id")->required();
+  stacks->callback([&o] { o.command = "stacks"; });
 }
 
 }  // namespace muster::ctl

@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
   std::string error;
   std::vector<JobSummary> jobs;
   JobReply job;
+  StacksReply stacks;
   std::shared_ptr<RendezvousClient> client;
   auto finish = [&](int code, std::string why) {
     if (done) return;
@@ -179,6 +180,12 @@ int main(int argc, char** argv) {
           job.next_from.reset();
           return finish(0, "");
         }
+        if (opt.command == "stacks" && type == "stacks") {
+          auto r = stacks_reply_from_json(m);
+          if (!r.ok()) return finish(1, "a bad reply from " + client->address() + ": " + r.status().message());
+          stacks = r.value();
+          return finish(0, "");
+        }
         finish(1, "the rendezvous at " + client->address() + " answered '" + log_excerpt(type, 64) +
                       "'; is it an older release without operator queries?");
       },
@@ -188,6 +195,7 @@ int main(int argc, char** argv) {
   auto timeout = std::chrono::milliseconds(static_cast<long long>(opt.timeout * 1000));
   client->connect(timeout, [&] {
     if (opt.command == "jobs") client->send(to_json(JobsQuery{}));
+    else if (opt.command == "stacks") client->send(to_json(StacksQuery{opt.job}));
     else client->send(to_json(JobQuery{opt.job, 0}));
   });
   io.run_for(timeout + std::chrono::seconds(1));
@@ -200,6 +208,25 @@ int main(int argc, char** argv) {
   if (rc != 0) {
     std::cerr << "musterctl: error: " << error << "\n";
     return rc;
+  }
+  if (opt.command == "stacks") {
+    if (opt.json) {
+      json out = to_json(stacks);
+      out.erase("type");
+      out.erase("v");
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    if (stacks.asked == 0 && stacks.unable == 0) {
+      std::cout << "job '" << safe(opt.job) << "' is " << safe(stacks.state)
+                << ": no workers run, so there are no stacks to take\n";
+      return 1;
+    }
+    std::cout << "asked " << stacks.asked << " agent(s) of job '" << safe(opt.job)
+              << "' to write their workers' Python stacks to their logs";
+    if (stacks.unable > 0) std::cout << "; " << stacks.unable << " agent(s) run an older muster and cannot";
+    std::cout << "\n";
+    return stacks.asked > 0 ? 0 : 1;
   }
   if (opt.command == "jobs") {
     if (opt.json) {

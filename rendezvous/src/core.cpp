@@ -308,6 +308,7 @@ std::vector<Output> Rendezvous::recover(MemberId member, const JoinRequest& requ
   out::Assign back;
   static_cast<Placement&>(back) = r;
   back.member = member;
+  back.features = {kFeatureStacks};
   assigned_[member] = std::move(back);
   ranked_.clear();
   for (const auto& [rank, id] : slots_) ranked_.push_back(id);
@@ -403,6 +404,7 @@ void Rendezvous::complete_round(std::vector<Output>& out) {
     members_.at(ranked_[i]).done = false;
     out::Assign a;
     a.member = ranked_[i];
+    a.features = {kFeatureStacks};
     a.round = round_;
     a.restart_count = restart_count_;
     a.group_rank = static_cast<int>(i);
@@ -748,6 +750,44 @@ std::vector<Output> Rendezvous::workers_succeeded(MemberId member, int round, Ti
   if (it == members_.end() || std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) return out;
   it->second.done = true;
   maybe_succeed(out);
+  return out;
+}
+
+namespace {
+bool can(const JoinRequest& r, const char* feature) {
+  return std::find(r.features.begin(), r.features.end(), feature) != r.features.end();
+}
+}  // namespace
+
+std::vector<Output> Rendezvous::worker_hung(MemberId member, int round, int global_rank, TimePoint now) {
+  std::vector<Output> out;
+  touch(member, now, out);
+  if (state_ != State::running || round != round_ ||
+      std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) {
+    return out;
+  }
+  const std::string reason = "rank " + std::to_string(global_rank) + " on node " +
+                             members_.at(member).request.node_name + " was taken for hung";
+  std::size_t asked = 0;
+  for (MemberId id : ranked_) {
+    if (id == member || !can(members_.at(id).request, kFeatureStacks)) continue;
+    out.push_back(out::DumpStacks{id, reason});
+    ++asked;
+  }
+  note(out, reason + ": " + std::to_string(asked) + " other node" + (asked == 1 ? "" : "s") +
+                " of round " + std::to_string(round_) + " take their workers' stacks",
+       true);
+  return out;
+}
+
+std::vector<Output> Rendezvous::request_stacks(const std::string& who, std::size_t& unable) {
+  std::vector<Output> out;
+  unable = 0;
+  if (state_ != State::running) return out;
+  for (MemberId id : ranked_) {
+    if (can(members_.at(id).request, kFeatureStacks)) out.push_back(out::DumpStacks{id, "asked by " + who});
+    else ++unable;
+  }
   return out;
 }
 

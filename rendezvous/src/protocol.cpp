@@ -178,6 +178,26 @@ class Fields {
 
   bool has(const char* key) const { return j_.is_object() && j_.contains(key); }
 
+  // An optional list of short names (features): at most kMaxFeatures strings
+  // of at most kMaxFeatureLength bytes.
+  bool names(const char* key, std::vector<std::string>& out) {
+    const json* v = find(key, false);
+    if (v == nullptr) return false;
+    if (!v->is_array()) return fail(key, "must be an array of strings");
+    if (v->size() > kMaxFeatures) return fail(key, "has more than " + std::to_string(kMaxFeatures) + " entries");
+    std::vector<std::string> got;
+    for (const auto& e : *v) {
+      if (!e.is_string()) return fail(key, "must be an array of strings");
+      const auto& s = e.get_ref<const std::string&>();
+      if (s.size() > kMaxFeatureLength) {
+        return fail(key, "has an entry over " + std::to_string(kMaxFeatureLength) + " bytes");
+      }
+      got.push_back(s);
+    }
+    out = std::move(got);
+    return true;
+  }
+
  private:
   const json* find(const char* key, bool required) {
     if (!ok() || !j_.is_object()) return nullptr;
@@ -260,6 +280,7 @@ json to_json(const JoinMessage& m) {
             {"is_host", m.request.is_host}};
   if (m.request.node_rank) r["node_rank"] = *m.request.node_rank;
   if (m.request.launch_order) r["launch_order"] = *m.request.launch_order;
+  if (!m.request.features.empty()) r["features"] = m.request.features;
   if (m.request.known_round > 0) r["known_round"] = m.request.known_round;
   if (m.request.known_restart_count > 0) r["known_restart_count"] = m.request.known_restart_count;
   if (const auto& res = m.request.resume) {
@@ -303,6 +324,7 @@ Result<JoinMessage> join_from_json(const json& j) {
   if (f.integer("node_rank", 0, kMaxNodes - 1, node_rank, false)) m.request.node_rank = node_rank;
   int launch_order = 0;
   if (f.integer("launch_order", 0, kMaxNodes - 1, launch_order, false)) m.request.launch_order = launch_order;
+  f.names("features", m.request.features);
   f.integer("known_round", 0, kMaxInt, m.request.known_round, false);
   f.integer("known_restart_count", 0, kMaxInt, m.request.known_restart_count, false);
   const json* resume = f.object("resume", false);
@@ -675,7 +697,11 @@ json to_json(const Output& o) {
   if (const auto* a = std::get_if<out::Assign>(&o)) {
     json x = {{"type", "assign"}, {"v", kProtocolVersion}};
     put_placement(x, *a);
+    if (!a->features.empty()) x["features"] = a->features;
     return x;
+  }
+  if (const auto* d = std::get_if<out::DumpStacks>(&o)) {
+    return {{"type", "dump_stacks"}, {"v", kProtocolVersion}, {"reason", d->reason}};
   }
   if (const auto* r = std::get_if<out::Restart>(&o)) {
     return {{"type", "restart"},
@@ -743,6 +769,7 @@ Result<ServerMessage> server_message_from_json(const json& j) {
     out::Assign a;
     Fields f(j, "assign");
     get_placement(f, a);
+    f.names("features", a.features);
     if (!f.ok()) return f.status();
     if (auto st = check_placement(a, "assign"); !st.ok()) return st;
     return ServerMessage(a);
@@ -799,6 +826,13 @@ Result<ServerMessage> server_message_from_json(const json& j) {
     if (excluded) x.excluded_for = Duration(excluded_ms);
     return ServerMessage(x);
   }
+  if (type == "dump_stacks") {
+    out::DumpStacks x;
+    Fields f(j, "dump_stacks");
+    f.string("reason", kMaxTextLength, x.reason);
+    if (!f.ok()) return f.status();
+    return ServerMessage(x);
+  }
   if (type == "resumed") {
     out::Resumed x;
     Fields f(j, "resumed");
@@ -826,5 +860,42 @@ Result<ServerMessage> server_message_from_json(const json& j) {
   return invalid_argument("unknown message type '" + log_excerpt(type, 64) + "' from the rendezvous");
 }
 
+
+json to_json(const HungMessage& m) {
+  return {{"type", "hung"}, {"v", kProtocolVersion}, {"round", m.round}, {"global_rank", m.global_rank}};
+}
+
+Result<HungMessage> hung_from_json(const json& j) {
+  HungMessage m;
+  Fields f(j, "hung");
+  f.integer("round", 0, kMaxInt, m.round);
+  f.integer("global_rank", 0, kMaxInt, m.global_rank);
+  if (!f.ok()) return f.status();
+  return m;
+}
+
+json to_json(const StacksQuery& q) { return {{"type", "stacks"}, {"v", kProtocolVersion}, {"job", q.job}}; }
+
+Result<StacksQuery> stacks_query_from_json(const json& j) {
+  StacksQuery q;
+  Fields f(j, "stacks");
+  f.string("job", kMaxNameLength, q.job);
+  if (!f.ok()) return f.status();
+  return q;
+}
+
+json to_json(const StacksReply& r) {
+  return {{"type", "stacks"}, {"v", kProtocolVersion}, {"state", r.state}, {"asked", r.asked}, {"unable", r.unable}};
+}
+
+Result<StacksReply> stacks_reply_from_json(const json& j) {
+  StacksReply r;
+  Fields f(j, "stacks");
+  f.string("state", kMaxNameLength, r.state);
+  f.integer("asked", 0, kMaxNodes, r.asked);
+  f.integer("unable", 0, kMaxNodes, r.unable);
+  if (!f.ok()) return f.status();
+  return r;
+}
 
 }  // namespace muster::rendezvous

@@ -233,6 +233,7 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
     // An operator's questions, on any connection (musterctl's has no job).
     if (type == "jobs") return answer_jobs(s, msg);
     if (type == "job") return answer_job(s, msg);
+    if (type == "stacks") return answer_stacks(s, msg);
     if (s.job == nullptr) {
       return s.fail(Code::invalid_argument,
                     "'" + log_excerpt(type, 64) + "' before 'join': a connection starts with a join");
@@ -256,6 +257,10 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
       auto m = workers_succeeded_from_json(msg);
       if (!m.ok()) return s.fail(Code::invalid_argument, m.status().message());
       deliver(*job, job->rdzv.workers_succeeded(s.id(), m->round, now));
+    } else if (type == "hung") {
+      auto m = hung_from_json(msg);
+      if (!m.ok()) return s.fail(Code::invalid_argument, m.status().message());
+      deliver(*job, job->rdzv.worker_hung(s.id(), m->round, m->global_rank, now));
     } else if (type == "leave") {
       s.job.reset();
       deliver(*job, job->rdzv.leave(s.id(), now));
@@ -345,6 +350,30 @@ void RendezvousServer::answer_jobs(Session& s, const json& msg) {
     if (take_live) ++live;
     else ++done;
   }
+  s.send(to_json(reply));
+}
+
+void RendezvousServer::answer_stacks(Session& s, const json& msg) {
+  auto q = stacks_query_from_json(msg);
+  if (!q.ok()) return s.fail(Code::invalid_argument, q.status().message());
+  auto it = jobs_.find(q->job);
+  if (it == jobs_.end()) {
+    s.send(error_message(Code::not_found, "no open job '" + log_excerpt(q->job, 64) + "' here"));
+    s.close_after_write_ = true;
+    if (!s.out_.writing()) s.close();
+    return;
+  }
+  std::shared_ptr<Job> job = it->second;
+  std::size_t unable = 0;
+  auto orders = job->rdzv.request_stacks("musterctl", unable);
+  StacksReply reply;
+  reply.state = state_name(job->rdzv.state());
+  reply.asked = static_cast<int>(orders.size());
+  reply.unable = static_cast<int>(unable);
+  log::warning("rendezvous: job '" + log_excerpt(job->id, 64) + "': musterctl asked for the workers' stacks: " +
+               std::to_string(reply.asked) + " agent(s) take them" +
+               (unable > 0 ? ", " + std::to_string(unable) + " cannot (an older muster)" : std::string()));
+  deliver(*job, orders);
   s.send(to_json(reply));
 }
 

@@ -5,6 +5,8 @@
   deep:    as hang, silent inside a function named muster_test_hung_here
            (for the stacks the agent takes); the others wait for it in
            muster_test_peer_waits, printing a line every 0.2 s, until stopped.
+  deep-last: as deep, but the worker of the last global rank hangs (on the
+           job's last node), every other one waits for it.
   chatty:  prints a line every 0.2 s for <seconds>, then exits 0.
   store:   silent on stdout and stderr; asks the job's store (MASTER_ADDR:
            MASTER_PORT, torch's TCPStore protocol, one connection this process
@@ -37,7 +39,7 @@ if mode == "hang":
         sys.exit(3)
     sys.exit(0)
 
-if mode == "deep":
+if mode in ("deep", "deep-last"):
     def muster_test_hung_here():
         time.sleep(120)  # the agent kills it long before
 
@@ -47,7 +49,8 @@ if mode == "deep":
             print(f"rank {rank} waits", flush=True)
             time.sleep(0.2)
 
-    if attempt == 0 and local_rank == 1:
+    last = rank == int(os.environ["WORLD_SIZE"]) - 1
+    if attempt == 0 and (local_rank == 1 if mode == "deep" else last):
         print(f"rank {rank} started", flush=True)
         muster_test_hung_here()
     elif attempt == 0:

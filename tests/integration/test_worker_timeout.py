@@ -3,14 +3,17 @@ hung, named with how long it was silent, killed, and the group fails as on a
 crash (restarting while restarts remain). Output on stdout or stderr and
 requests on the store the agent hosts are progress; the streams still reach
 the console unchanged."""
+import os
 import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from muster_testing import DATA, MUSTER, SLACK, base_env, run_muster, wait_for
+from muster_testing import (DATA, MUSTER, SLACK, base_env, read_stderr_until, run_muster, start_musterd, stop_musterd,
+                            wait_for)
 
 WORKER = str(DATA / "hang_worker.py")
 # Where progress must keep workers alive: a timeout well above a loaded machine's Python start-up
@@ -143,3 +146,74 @@ def test_the_environment_variable_and_bad_values(tmp_path):
         assert f"{source}='{value}': give the seconds a worker may go without progress" in r.stderr
     r = run_muster([WORKER, str(tmp_path), "chatty", "0"], env=base_env(MUSTER_WORKER_TIMEOUT="x"), timeout=60 * SLACK)
     assert r.returncode == 1 and "MUSTER_WORKER_TIMEOUT='x'" in r.stderr
+
+
+def two_node_job(endpoint, job, out, watchdog_on_last):
+    """Two agents through musterd, one worker each, hang_worker's deep-last mode: the last
+    node's worker hangs in muster_test_hung_here, the first node's waits in
+    muster_test_peer_waits (printing, so never silent)."""
+    agents = []
+    for node in (1, 2):
+        extra = [f"--worker-timeout={QUICK}"] if watchdog_on_last and node == 2 else []
+        agents.append(subprocess.Popen(
+            [MUSTER, "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+             f"--rdzv-id={job}", "--rdzv-conf=last_call_timeout=1,join_timeout=120", f"--local-addr=127.0.0.{node}",
+             *extra, WORKER, str(out), "deep-last"],
+            env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    return agents
+
+
+def test_a_hung_rank_has_every_node_take_its_workers_stacks(tmp_path):
+    musterd, port = start_musterd()
+    agents = two_node_job(f"127.0.0.1:{port}", "hungjob", tmp_path, watchdog_on_last=True)
+    try:
+        # The first node has no watchdog of its own: the rendezvous asks it for its stacks when
+        # the last node takes its rank for hung, while its worker still waits for the hung one.
+        said, seen = read_stderr_until(agents[0], rb"muster_test_peer_waits \(hang_worker\.py:", 120 * SLACK)
+        text = seen.decode(errors="replace")
+        assert said, text[-4000:]
+        assert re.search(r"the rendezvous asks for the workers' Python stacks: rank 1 on node 127\.0\.0\.2_\w+ was "
+                         r"taken for hung", text), text[-4000:]
+        assert re.search(r"Python stacks \(rank 1 on node 127\.0\.0\.2_\w+ was taken for hung\) of rank 0 "
+                         r"\(local_rank 0, pid \d+\)", text), text[-4000:]
+        _, err_last = agents[1].communicate(timeout=120 * SLACK)
+        assert "muster_test_hung_here (hang_worker.py:" in err_last.decode(errors="replace")
+        agents[0].wait(timeout=120 * SLACK)
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+        stop_musterd(musterd)
+
+
+def test_musterctl_stacks_has_every_agent_log_its_workers_stacks(tmp_path):
+    musterctl = os.environ.get("MUSTERCTL_BIN") or str(Path(os.environ["MUSTERD_BIN"]).with_name("musterctl"))
+    musterd, port = start_musterd()
+    endpoint = f"127.0.0.1:{port}"
+    agents = two_node_job(endpoint, "stuckjob", tmp_path, watchdog_on_last=False)
+    try:
+        assert wait_for(lambda: (tmp_path / "pid_0_0").exists() and (tmp_path / "pid_1_0").exists(), 120 * SLACK)
+        r = subprocess.run([musterctl, "--endpoint", endpoint, "stacks", "stuckjob"], capture_output=True, text=True,
+                           timeout=60 * SLACK)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "asked 2 agent(s) of job 'stuckjob' to write their workers' Python stacks to their logs\n"
+        for agent, where in ((agents[0], rb"muster_test_peer_waits \(hang_worker\.py:"),
+                             (agents[1], rb"muster_test_hung_here \(hang_worker\.py:")):
+            said, seen = read_stderr_until(agent, where, 60 * SLACK)
+            assert said, seen.decode(errors="replace")[-4000:]
+            assert b"Python stacks (asked by musterctl) of rank " in seen
+        # A job that is not there is named.
+        missing = subprocess.run([musterctl, "--endpoint", endpoint, "stacks", "nosuchjob"], capture_output=True,
+                                 text=True, timeout=60 * SLACK)
+        assert missing.returncode == 1 and "no open job 'nosuchjob' here" in missing.stderr, missing.stderr
+    finally:
+        for a in agents:
+            a.send_signal(signal.SIGTERM)
+        for a in agents:
+            try:
+                a.communicate(timeout=60 * SLACK)
+            except subprocess.TimeoutExpired:
+                a.kill()
+                a.communicate()
+        stop_musterd(musterd)

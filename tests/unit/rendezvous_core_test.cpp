@@ -423,7 +423,7 @@ TEST_CASE("an unknown member resuming a job with a history of its own is fenced"
   Job job(settings(1, 2));
   auto assigns = all<out::Assign>(job.join(1, "n1"));
   job.advance(31s);
-  out::Assign stale{{0, 0, 1, 2, {2, 4, 2, 4}, "x", 1}, 0};
+  out::Assign stale{{0, 0, 1, 2, {2, 4, 2, 4}, "x", 1}, 0, {}};
   auto out = job.rdzv.join(5, resume_request("ghost", stale), job.now);
   auto fenced = all<out::Fenced>(out);
   REQUIRE(fenced.size() == 1);
@@ -433,8 +433,8 @@ TEST_CASE("an unknown member resuming a job with a history of its own is fenced"
 
 TEST_CASE("a restarted rendezvous rebuilds a running round from the members that resume", "[rdzv][membership]") {
   // What the members had been told by the server that went away.
-  out::Assign a0{{3, 2, 0, 2, {0, 4, 0, 4}, "n1.cluster", 1234}, 0};
-  out::Assign a1{{3, 2, 1, 2, {2, 4, 2, 4}, "n1.cluster", 1234}, 0};
+  out::Assign a0{{3, 2, 0, 2, {0, 4, 0, 4}, "n1.cluster", 1234}, 0, {}};
+  out::Assign a1{{3, 2, 1, 2, {2, 4, 2, 4}, "n1.cluster", 1234}, 0, {}};
   Job job(settings(2, 2, 5));
   auto first = job.rdzv.join(1, resume_request("n1", a0), job.now);
   job.agents.insert(1);
@@ -457,8 +457,8 @@ TEST_CASE("a restarted rendezvous rebuilds a running round from the members that
 }
 
 TEST_CASE("a rebuilt round finishes as it would have, outcomes included", "[rdzv][membership]") {
-  out::Assign a0{{1, 0, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
-  out::Assign a1{{1, 0, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0};
+  out::Assign a0{{1, 0, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0, {}};
+  out::Assign a1{{1, 0, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0, {}};
   Job job(settings(2, 2));
   job.rdzv.join(1, resume_request("n1", a0, Resume::Outcome::succeeded), job.now);
   auto out = job.rdzv.join(2, resume_request("n2", a1), job.now);
@@ -477,8 +477,8 @@ TEST_CASE("a rebuilt round finishes as it would have, outcomes included", "[rdzv
 }
 
 TEST_CASE("a spare that reaches a restarted rendezvous first waits, and the round is still rebuilt", "[rdzv][membership]") {
-  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
-  out::Assign a1{{2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0};
+  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0, {}};
+  out::Assign a1{{2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0, {}};
   Job job(settings(2, 2, 3));
   job.join(5, "spare");  // knows no round: it never had a place
   job.rdzv.join(1, resume_request("n1", a0), job.now);
@@ -491,7 +491,7 @@ TEST_CASE("a spare that reaches a restarted rendezvous first waits, and the roun
 }
 
 TEST_CASE("a plain join that knows a later round stops a rebuild before it starts", "[rdzv][membership]") {
-  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
+  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0, {}};
   Job job(settings(2, 2, 3));
   JoinRequest r;
   r.node_name = "n2";
@@ -517,8 +517,8 @@ TEST_CASE("a connection that is one node cannot join again as another", "[rdzv][
 }
 
 TEST_CASE("members that do not come back to a rebuilt round make it re-form, not counted", "[rdzv][membership]") {
-  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0};
-  out::Assign a1{{2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0};
+  out::Assign a0{{2, 1, 0, 2, {0, 2, 0, 2}, "n1.cluster", 1234}, 0, {}};
+  out::Assign a1{{2, 1, 1, 2, {1, 2, 1, 2}, "n1.cluster", 1234}, 0, {}};
   Job job(settings(1, 2, 3));
   job.rdzv.join(1, resume_request("n1", a0), job.now);
   job.agents.insert(1);
@@ -1025,4 +1025,39 @@ TEST_CASE("every node gives the same exclusion settings", "[rdzv][exclude]") {
   REQUIRE_FALSE(st.ok());
   CHECK(st.message().find("exclude_after=2") != std::string::npos);
   CHECK(st.message().find("give every node the same values") != std::string::npos);
+}
+
+// --- Stacks of a hung job ----------------------------------------------------
+
+TEST_CASE("a hung rank has the other nodes that can take their stacks; musterctl asks every node", "[rdzv][stacks]") {
+  Job job(settings(3, 3));
+  auto joiner = [&](MemberId id, const std::string& name, bool can) {
+    JoinRequest r;
+    r.node_name = name;
+    r.address = name + ".cluster";
+    r.store_port = 40000;
+    if (can) r.features = {kFeatureStacks};
+    job.agents.insert(id);
+    return job.rdzv.join(id, r, job.now);
+  };
+  joiner(1, "a", true);
+  joiner(2, "old", false);  // an agent of an older release: never sent a message it does not know
+  auto formed = all<out::Assign>(joiner(3, "c", true));
+  REQUIRE(formed.size() == 3);
+  for (const auto& a : formed) CHECK(a.features == std::vector<std::string>{kFeatureStacks});
+
+  auto hung = job.rdzv.worker_hung(3, 0, 2, job.now);
+  auto orders = all<out::DumpStacks>(hung);
+  REQUIRE(orders.size() == 1);
+  CHECK(orders[0].member == 1);
+  CHECK(orders[0].reason == "rank 2 on node c was taken for hung");
+  CHECK(log_has(hung, "1 other node of round 0 take their workers' stacks"));
+  // A report about another round changes nothing.
+  CHECK(all<out::DumpStacks>(job.rdzv.worker_hung(3, 7, 2, job.now)).empty());
+
+  std::size_t unable = 0;
+  auto asked = job.rdzv.request_stacks("musterctl", unable);
+  CHECK(all<out::DumpStacks>(asked).size() == 2);
+  CHECK(unable == 1);
+  CHECK(all<out::DumpStacks>(asked)[0].reason == "asked by musterctl");
 }

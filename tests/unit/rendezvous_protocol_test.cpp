@@ -275,3 +275,48 @@ TEST_CASE("exclusion fields are new fields of existing messages, absent when unu
   CHECK(reply->exclusions[0].left_ms == 5000);
   CHECK(reply->members[0].parked_ms == 4000);
 }
+
+TEST_CASE("what a peer can do is said in the join and the assignment; the stacks messages are checked",
+          "[frames][stacks]") {
+  JoinMessage m;
+  m.job = "j";
+  m.request.node_name = "n";
+  m.request.address = "a";
+  CHECK_FALSE(to_json(m).contains("features"));  // an agent that can do nothing new says nothing
+  m.request.features = {kFeatureStacks};
+  auto back = join_from_json(to_json(m));
+  REQUIRE(back.ok());
+  CHECK(back->request.features == std::vector<std::string>{kFeatureStacks});
+  auto many = to_json(m);
+  many["features"] = std::vector<std::string>(kMaxFeatures + 1, "x");
+  CHECK_FALSE(join_from_json(many).ok());
+  auto long_name = to_json(m);
+  long_name["features"] = {std::string(kMaxFeatureLength + 1, 'x')};
+  CHECK_FALSE(join_from_json(long_name).ok());
+  auto not_strings = to_json(m);
+  not_strings["features"] = {1, 2};
+  CHECK_FALSE(join_from_json(not_strings).ok());
+
+  out::Assign a{{0, 0, 0, 1, {0, 1, 0, 1}, "h", 1}, 0, {kFeatureStacks}};
+  auto assign = server_message_from_json(to_json(Output(a)));
+  REQUIRE(assign.ok());
+  CHECK(std::get<out::Assign>(assign.value()).features == std::vector<std::string>{kFeatureStacks});
+
+  auto dump = server_message_from_json(to_json(Output(out::DumpStacks{0, "rank 3 hung"})));
+  REQUIRE(dump.ok());
+  CHECK(std::get<out::DumpStacks>(dump.value()).reason == "rank 3 hung");
+
+  auto hung = hung_from_json(to_json(HungMessage{4, 17}));
+  REQUIRE(hung.ok());
+  CHECK((hung->round == 4 && hung->global_rank == 17));
+  auto bad_hung = to_json(HungMessage{4, 17});
+  bad_hung["global_rank"] = -1;
+  CHECK_FALSE(hung_from_json(bad_hung).ok());
+
+  auto query = stacks_query_from_json(to_json(StacksQuery{"job"}));
+  REQUIRE(query.ok());
+  CHECK(query->job == "job");
+  auto reply = stacks_reply_from_json(to_json(StacksReply{"running", 3, 1}));
+  REQUIRE(reply.ok());
+  CHECK((reply->state == "running" && reply->asked == 3 && reply->unable == 1));
+}

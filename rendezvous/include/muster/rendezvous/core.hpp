@@ -91,6 +91,15 @@ inline TimePoint saturating_add(TimePoint t, Duration d) {
 // (back-off, connect, handshake), far shorter than the dead-after window.
 constexpr Duration kLossGrace{5000};
 
+// What an agent can do beyond the protocol's first version, said in its join
+// (JoinRequest::features), and what a server can, said in its assignments:
+// a message a peer did not say it understands is never sent to it.
+// "stacks": the agent takes its workers' Python stacks on a `dump_stacks`
+// order; the server takes `hung` reports and `stacks` queries.
+inline constexpr const char* kFeatureStacks = "stacks";
+constexpr std::size_t kMaxFeatures = 16;
+constexpr std::size_t kMaxFeatureLength = 64;
+
 // An excluded node's cooldown doubles with each exclusion of its address, up to this.
 constexpr Duration kMaxExcludeCooldown = std::chrono::hours(1);
 // How long the verdict on a failed attempt (whose failure came first) waits
@@ -187,6 +196,7 @@ struct JoinRequest {
   // order (the host first, then by address).
   std::optional<int> launch_order;
   bool is_host = false;             // the agent that hosts the rendezvous
+  std::vector<std::string> features;  // what the agent can do (kFeatureStacks)
   // What the agent knows of the job's history, for a core that lost it (a
   // restarted musterd): the round it joins for and the restart count that
   // round will have. Ignored once the core has a history of its own.
@@ -199,6 +209,7 @@ namespace out {
 // The round is complete: this member's place in it.
 struct Assign : Placement {
   MemberId member = 0;
+  std::vector<std::string> features;  // what the server can do (kFeatureStacks)
 };
 // Stop the workers and join again for the next round.
 struct Restart {
@@ -247,6 +258,12 @@ struct Waiting {
   // that is what the member waits for then, not join_timeout.
   std::optional<Duration> last_call_left;
 };
+// Take the Python stacks of this member's workers and log them (only to a
+// member whose join listed kFeatureStacks).
+struct DumpStacks {
+  MemberId member = 0;
+  std::string reason;
+};
 // A line for the rendezvous host's log (member 0: delivered to nobody).
 struct Log {
   MemberId member = 0;
@@ -256,7 +273,7 @@ struct Log {
 }  // namespace out
 
 using Output = std::variant<out::Assign, out::Restart, out::Reject, out::Finished, out::Fenced, out::Resumed,
-                            out::Waiting, out::Log>;
+                            out::Waiting, out::DumpStacks, out::Log>;
 
 enum class State { forming, running, closed };
 const char* state_name(State s);
@@ -343,6 +360,14 @@ class Rendezvous {
   // from workers that were being stopped anyway.
   std::vector<Output> workers_failed(MemberId member, int round, const FailureInfo& failure, TimePoint now);
   std::vector<Output> workers_succeeded(MemberId member, int round, TimePoint now);
+  // A worker of `member` (global rank `global_rank`) was taken for hung in
+  // `round`: every other member of the running round that can takes its
+  // workers' stacks now, while the hung collective's peers still wait in it.
+  std::vector<Output> worker_hung(MemberId member, int round, int global_rank, TimePoint now);
+  // An operator asks for the stacks of every worker of the running round
+  // (musterctl stacks): orders for the members that can; `unable` counts the
+  // others.
+  std::vector<Output> request_stacks(const std::string& who, std::size_t& unable);
   // A member that says goodbye: it is gone at once.
   std::vector<Output> leave(MemberId member, TimePoint now);
   // A member's connection ended. Broken: it keeps its place until it is

@@ -76,6 +76,15 @@ struct WorkersSucceededMessage {
   int round = 0;
 };
 
+// A worker of this member was taken for hung (sent only to a server whose
+// assignment listed kFeatureStacks): the others take their stacks.
+struct HungMessage {
+  int round = 0;
+  int global_rank = 0;
+};
+nlohmann::json to_json(const HungMessage& m);
+Result<HungMessage> hung_from_json(const nlohmann::json& j);
+
 nlohmann::json to_json(const JoinMessage& m);
 nlohmann::json to_json(const WorkersFailedMessage& m);
 nlohmann::json to_json(const WorkersSucceededMessage& m);
@@ -181,6 +190,21 @@ struct JobReply {
   long long last_failure_ms_ago = 0;
   std::vector<ExclusionSummary> exclusions;
 };
+// "stacks": every agent of the job's running round that can takes its
+// workers' Python stacks into its log; the reply says how many were asked.
+struct StacksQuery {
+  std::string job;
+};
+struct StacksReply {
+  std::string state;  // the job's state (forming, running, closed)
+  int asked = 0;      // agents told to take their workers' stacks
+  int unable = 0;     // agents of the round too old to be asked
+};
+nlohmann::json to_json(const StacksQuery& q);
+Result<StacksQuery> stacks_query_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const StacksReply& r);
+Result<StacksReply> stacks_reply_from_json(const nlohmann::json& j);
+
 nlohmann::json to_json(const JobsQuery& q);
 nlohmann::json to_json(const JobQuery& q);
 Result<JobsQuery> jobs_query_from_json(const nlohmann::json& j);
@@ -207,7 +231,7 @@ struct HeartbeatAck {
   uint64_t seq = 0;
 };
 using ServerMessage = std::variant<out::Assign, out::Restart, out::Reject, out::Finished, ErrorMessage, out::Fenced,
-                                   out::Resumed, out::Waiting, HeartbeatAck>;
+                                   out::Resumed, out::Waiting, HeartbeatAck, out::DumpStacks>;
 Result<ServerMessage> server_message_from_json(const nlohmann::json& j);
 
 }  // namespace muster::rendezvous

@@ -139,6 +139,8 @@ class RendezvousServer {
   static JobSummary summarize(const Job& job, TimePoint now);
   static JobSummary summarize(const std::string& id, const Tombstone& t, TimePoint now);
   void answer_job(Session& s, const nlohmann::json& msg);
+  // musterctl stacks: orders to the job's agents that can take their stacks.
+  void answer_stacks(Session& s, const nlohmann::json& msg);
   void handle_join(Session& s, const nlohmann::json& msg);
   void deliver(Job& job, const std::vector<Output>& outputs);
   void rearm(Job& job, bool full = false);
