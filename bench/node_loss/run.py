@@ -11,6 +11,10 @@ worker of the new world starting (a CLOCK_MONOTONIC stamp the worker writes) is 
   spare     the same, 2 running nodes of --nnodes=2:2 and a third agent waiting as a spare
   silent    kill -STOP of the agent and its workers (a paused node: only silence tells),
             2 nodes of --nnodes=1:2
+  exclude   the worker of a running node starts exiting 75 (bad hardware), 2 running nodes of
+            --nnodes=2:2 and a spare; muster's agents run with --exclude-exit-code=75, so the
+            node is excluded after one failure; measured to the spare's first worker (torchrun
+            has no exclusion: it restarts onto the bad node, and a spare gets in only by chance)
 
 Median of --repeat runs; prints seconds and torchrun/muster ratios (">180": no new world
 within 180 s). Nothing is asserted:
@@ -45,8 +49,8 @@ def stamps(out):
         return []
     rows = []
     for line in path.read_text().splitlines():
-        _, t, world, restart, rank = line.split()
-        rows.append((float(t), int(world), int(restart), int(rank)))
+        _, t, world, restart, rank, node = line.split()
+        rows.append((float(t), int(world), int(restart), int(rank), int(node)))
     return rows
 
 
@@ -87,17 +91,21 @@ def signal_tree(pid, signo):
             pass
 
 
-def one_run(kind, launcher, endpoint, run_id, env):
+def one_run(kind, launcher, endpoint, run_id, env, extra=()):
     out = Path(tempfile.mkdtemp(prefix="node-loss-"))
-    nodes = "2:2" if kind == "spare" else "1:2"
+    with_spare = kind in ("spare", "exclude")
+    nodes = "2:2" if with_spare else "1:2"
     agents = []
     try:
-        for node in (1, 2, 3) if kind == "spare" else (1, 2):
+        for node in (1, 2, 3) if with_spare else (1, 2):
+            if node == 3:  # the spare comes once the first world runs, so it is the one waiting
+                wait(lambda: any(world == 2 for _, world, *_ in stamps(out)), 120, f"the first world ({out})")
             argv = [*launcher, f"--nnodes={nodes}", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={CONF}",
-                    f"--local-addr=127.0.0.{node}", str(HERE / "worker.py"), str(out)]
+                    f"--local-addr=127.0.0.{node}", *extra, str(HERE / "worker.py"), str(out)]
             log = open(out / f"agent{node}.log", "w")
-            agents.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True))
+            agents.append(subprocess.Popen(argv, env=dict(env, BENCH_NODE=str(node)), stdout=log, stderr=log,
+                                           start_new_session=True))
             log.close()
             if node == 1:
                 time.sleep(1.0)  # the first agent hosts the rendezvous (torchrun): it listens first
@@ -107,14 +115,18 @@ def one_run(kind, launcher, endpoint, run_id, env):
         t0 = time.monotonic()
         if kind == "silent":
             signal_tree(victim.pid, signal.SIGSTOP)  # the agent and its worker, paused
+        elif kind == "exclude":
+            (out / "bad_2").touch()  # node 2's worker fails from now on, asking for its exclusion
         else:
             signal_tree(victim.pid, signal.SIGKILL)  # the agent and its worker, as a machine going down
+        # The new world: its first worker; with exclude, the spare's first.
+        def new(row):
+            return row[0] > t0 and (kind != "exclude" or row[4] == 3)
         try:
-            wait(lambda: any(t > t0 for t, *_ in stamps(out)), 180, "the new world")
+            wait(lambda: any(new(r) for r in stamps(out)), 180, "the new world")
         except SystemExit:
             return None  # no new world within 180 s: the launcher did not recover
-        t1 = min(t for t, *_ in stamps(out) if t > t0)
-        return t1 - t0
+        return min(r[0] for r in stamps(out) if new(r)) - t0
     finally:
         (out / "stop").touch()
         for a in agents:
@@ -138,6 +150,7 @@ def main():
     ap.add_argument("--musterd", required=True)
     ap.add_argument("--torchrun", default=shutil.which("torchrun"))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--kinds", default="kill,spare,silent,exclude")
     a = ap.parse_args()
     # The workers' Python is this one (with torch): first on PATH for both launchers.
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", LOGLEVEL="ERROR",
@@ -148,8 +161,9 @@ def main():
     musterd.stdout.readline()
     rows = []
     try:
-        for kind in ("kill", "spare", "silent"):
-            m = [one_run(kind, [a.muster], f"127.0.0.1:{port}", f"{kind}-{i}", env) for i in range(a.repeat)]
+        for kind in a.kinds.split(","):
+            extra = ["--exclude-exit-code=75"] if kind == "exclude" else []
+            m = [one_run(kind, [a.muster], f"127.0.0.1:{port}", f"{kind}-{i}", env, extra) for i in range(a.repeat)]
             t = [one_run(kind, [a.torchrun], f"127.0.0.1:{free_port()}", f"{kind}-{i}", env)
                  for i in range(a.repeat)]
             rows.append((kind, median(m), median(t)))

@@ -140,6 +140,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
   m.done = false;
   m.connected = true;
   m.closed_at.reset();
+  m.awaiting_join = false;
   by_name_[request.node_name] = member;
 
   // An excluded address waits out its cooldown, whichever agent joins from it.
@@ -344,7 +345,7 @@ std::vector<Output> Rendezvous::heartbeat(MemberId member, TimePoint now) {
 std::optional<out::Waiting> Rendezvous::progress(MemberId member, TimePoint now) const {
   auto it = members_.find(member);
   if (it == members_.end() || state_ == State::closed) return std::nullopt;
-  bool pending = waiting_.count(member) || it->second.parked_until ||
+  bool pending = waiting_.count(member) || (it->second.parked_until && !it->second.awaiting_join) ||
                  (state_ == State::forming && participants_.count(member));
   if (!pending) return std::nullopt;
   auto left = it->second.join_deadline > now
@@ -681,8 +682,11 @@ void Rendezvous::exclude(const Verdict& v, TimePoint now, std::vector<Output>& o
   note(out, "excluded node " + name + " (" + address + ") for " + seconds_text(cool) + " (exclusion " +
                 std::to_string(ex.count) + " of this address): " + v.why,
        true);
-  by_name_.erase(name);
-  members_.erase(it);
+  // It stays a member, parked: it hears how the job ends, and heartbeats so
+  // that a dead one is noticed; its agent's join after the cooldown takes it in.
+  it->second.parked_until = ex.until;
+  it->second.awaiting_join = true;
+  it->second.join_deadline = saturating_add(ex.until, settings_.join_timeout);
   waiting_.erase(v.member);
   participants_.erase(v.member);
   assigned_.erase(v.member);
@@ -701,7 +705,7 @@ void Rendezvous::exclude(const Verdict& v, TimePoint now, std::vector<Output>& o
 void Rendezvous::unpark(TimePoint now, std::vector<Output>& out) {
   std::vector<MemberId> due;
   for (const auto& [id, m] : members_) {
-    if (m.parked_until && now >= *m.parked_until) due.push_back(id);
+    if (m.parked_until && !m.awaiting_join && now >= *m.parked_until) due.push_back(id);
   }
   for (MemberId id : due) {
     auto it = members_.find(id);
@@ -964,7 +968,7 @@ std::optional<TimePoint> Rendezvous::next_deadline() const {
   for (const auto& [id, m] : members_) {
     consider(saturating_add(m.last_seen, settings_.dead_after()));
     if (m.closed_at && !m.connected) consider(saturating_add(*m.closed_at, kLossGrace));
-    if (m.parked_until) consider(*m.parked_until);
+    if (m.parked_until && !m.awaiting_join) consider(*m.parked_until);
     bool pending = waiting_.count(id) || m.parked_until || state_ == State::forming;
     if (pending) consider(m.join_deadline);
   }

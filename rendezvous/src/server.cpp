@@ -527,8 +527,10 @@ void RendezvousServer::deliver(Job& job, const std::vector<Output>& outputs) {
     Session* session = sessions_.find(member);
     if (!session) continue;
     session->send(to_json(o));
+    const auto* fenced = std::get_if<out::Fenced>(&o);
+    // An excluded member stays one (parked): its connection stays with the job.
     if (std::holds_alternative<out::Reject>(o) || std::holds_alternative<out::Finished>(o) ||
-        std::holds_alternative<out::Fenced>(o)) {
+        (fenced && !fenced->excluded_for)) {
       // The member is no longer part of the job; it may join another round of
       // a new job on the same connection.
       if (session->job.get() == &job) session->job.reset();

@@ -878,7 +878,10 @@ TEST_CASE("a node that is the root cause of exclude_after attempts in a row is e
   CHECK(fenced[0].reason.find("root cause of 2 failed attempts in a row (exclude_after=2)") != std::string::npos);
   CHECK(all<out::Assign>(back).size() == 2);
   CHECK(job.rdzv.state() == State::running);
-  CHECK(job.rdzv.members() == 2);
+  // bad stays a member, parked: it hears how the job ends; it is not in the round.
+  CHECK(job.rdzv.members() == 3);
+  CHECK(job.rdzv.participants() == 2);
+  CHECK_FALSE(job.rdzv.progress(2, job.now));  // its agent waits out the cooldown itself
   CHECK(job.rdzv.counters().excluded == 1);
   auto view = job.rdzv.view(job.now);
   REQUIRE(view.exclusions.size() == 1);
@@ -1014,8 +1017,17 @@ TEST_CASE("without exclude_after, a failure that asks for it excludes its node a
   auto ex = exclusions_in(out);
   REQUIRE(ex.size() == 1);
   CHECK(ex[0].member == 2);
-  CHECK(job.rdzv.members() == 1);
   CHECK(job.rdzv.restart_count() == 1);
+  job.join(1, "a");
+  CHECK(job.rdzv.participants() == 1);
+  // The job ends while b waits out its cooldown: b hears it too.
+  job.advance(31s);  // a alone: the round closes at last call
+  REQUIRE(job.rdzv.state() == State::running);
+  auto done = job.rdzv.workers_succeeded(1, job.rdzv.round(), job.now);
+  auto told = all<out::Reject>(done);
+  REQUIRE(told.size() == 1);
+  CHECK(told[0].member == 2);
+  CHECK(told[0].code == muster::Code::closed);
 }
 
 TEST_CASE("every node gives the same exclusion settings", "[rdzv][exclude]") {

@@ -405,6 +405,9 @@ class Rendezvous {
     bool connected = true;
     std::optional<TimePoint> closed_at;  // its side closed the connection without leave
     std::optional<TimePoint> parked_until;  // joined from an excluded address: taken in then
+    // Excluded itself: it stays a member (so it hears how the job ends) but
+    // is taken in only by the join its agent sends after the cooldown.
+    bool awaiting_join = false;
   };
   struct Exclusion {
     std::string node_name;
