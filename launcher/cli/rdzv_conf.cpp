@@ -134,6 +134,16 @@ Result<RendezvousOptions> resolve_rendezvous_options(const RdzvConf& conf, bool 
   o.exclude_after = static_cast<int>(exclude_after.value());
   auto cooldown = conf_seconds(conf, "exclude_cooldown", 60, warnings);
   if (!cooldown.ok()) return cooldown.status();
+  // Shorter, a node would be back before the job re-formed without it.
+  if (cooldown->count() < 1000) {
+    return invalid_argument("--rdzv-conf exclude_cooldown=" + conf.at("exclude_cooldown") +
+                            ": give at least 1 second (the first exclusion's length; it doubles with each one)");
+  }
+  if (*cooldown > std::chrono::hours(1)) {
+    warnings.push_back("--rdzv-conf exclude_cooldown=" + conf.at("exclude_cooldown") +
+                       " is longer than the longest exclusion, an hour; using an hour");
+    cooldown = std::chrono::milliseconds(std::chrono::hours(1));
+  }
   o.exclude_cooldown = cooldown.value();
   if (conf.count("is_host")) {
     auto is_host = rdzv_conf_bool(conf, "is_host", false);

@@ -327,7 +327,8 @@ void Agent::start_dump(const std::string& title, bool for_report) {
     if (pid > 0) targets.push_back({lr, group_.base_global_rank + lr, pid});
   }
   stacks_->dump(std::move(targets), [this, dir = attempt_dir_, title, for_report](std::vector<StackDump::Stack> stacks) {
-    if (!finished()) record_stacks(stacks, dir, title, for_report);
+    // A watchdog's kill that waited for this dump makes it the hang's report.
+    if (!finished()) record_stacks(stacks, dir, title, for_report || !after_stacks_.empty());
     auto waiting = std::move(after_stacks_);
     after_stacks_.clear();
     for (auto& then : waiting) {

@@ -143,7 +143,7 @@ rendezvous::JoinMessage RendezvousMember::join_message() const {
   m.request.is_host = id_.is_host;
   m.request.node_rank = id_.node_rank;
   m.request.launch_order = id_.launch_order;
-  m.request.features = {rendezvous::kFeatureStacks};
+  m.request.features = {rendezvous::kFeatureStacks, rendezvous::kFeatureExclude};
   m.settings = settings_.rdzv;
   return m;
 }
@@ -336,6 +336,9 @@ void RendezvousMember::handle(const rendezvous::out::Fenced& fen) {
     exclusion_wait_ = *fen.excluded_for;
     assignment_.reset();
     outcome_.reset();
+    // No join until the cooldown is over (not even on a reconnect): the
+    // agent's timer joins again (rejoin()).
+    join_pending_ = false;
     log::error("[" + id_.role + "] " + log_excerpt(fen.reason, 2000) + "; this node stops its workers and joins again " +
                "as a spare in " + seconds_text(std::chrono::duration_cast<std::chrono::seconds>(*fen.excluded_for)));
     events_.fenced();

@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
       out.erase("type");
       out.erase("v");
       std::cout << out.dump(2) << "\n";
-      return 0;
+      return stacks.asked > 0 ? 0 : 1;
     }
     if (stacks.asked == 0 && stacks.unable == 0) {
       std::cout << "job '" << safe(opt.job) << "' is " << safe(stacks.state)

@@ -92,6 +92,12 @@ std::string render_metrics(muster::rendezvous::ServerStats st) {
            "Nodes excluded from their job: the root cause of exclude_after failed attempts in a row, or asked for "
            "by a worker's --exclude-exit-code.");
   t.sample(static_cast<double>(st.totals.excluded));
+  t.family("musterd_behind_total", "counter",
+           "Times a job's timer ran 0.5 s or more late: the event loop could not read the members' heartbeats "
+           "meanwhile (short of CPU, or a storm of joins), and that silence was not counted against them.");
+  t.sample(static_cast<double>(st.behind));
+  t.family("musterd_behind_seconds_total", "counter", "How late those timers ran, in all.");
+  t.sample(st.behind_seconds);
   t.family("musterd_rejected_total", "counter", "Connections and joins refused, by reason.");
   for (const auto& [reason, n] : st.rejected) t.sample({{"reason", reason}}, static_cast<double>(n));
   t.family("musterd_build_info", "gauge", "The running musterd's version.");

@@ -95,10 +95,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
   }
   // A member of the attempt that failed joins again: any report of its
   // failures came before (one connection), so the verdict may be due.
-  if (verdict_ && !request.resume && members_.count(member)) {
-    accounted(request.node_name, now, out);
-    if (!members_.count(member)) return out;  // excluded by it
-  }
+  if (verdict_ && !request.resume && members_.count(member)) accounted(request.node_name, now, out);
   auto known = members_.find(member);
   if (request.resume) {
     if (known != members_.end()) {
@@ -133,6 +130,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     restart_round(out, false, "node " + request.node_name + " joined again", now);
   }
   auto& m = members_[member];
+  const bool was_awaiting = m.awaiting_join;
   m.request = request;
   m.request.resume.reset();
   m.last_seen = now;
@@ -141,6 +139,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
   m.connected = true;
   m.closed_at.reset();
   m.awaiting_join = false;
+  m.forgiven = Duration(0);
   by_name_[request.node_name] = member;
 
   // An excluded address waits out its cooldown, whichever agent joins from it.
@@ -149,6 +148,11 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     waiting_.erase(member);
     m.parked_until = ex->second.until;
     m.join_deadline = saturating_add(ex->second.until, settings_.join_timeout);
+    // The excluded agent's own join (sent before it read its exclusion)
+    // changes nothing: it joins again after the cooldown. Another agent on
+    // that address, or one that knows nothing of exclusions, is taken in then.
+    m.awaiting_join = was_awaiting && std::find(request.features.begin(), request.features.end(),
+                                                kFeatureExclude) != request.features.end();
     note(out, "node " + request.node_name + " (" + request.address + ") waits: its address is excluded for another " +
                   seconds_text(std::chrono::duration_cast<Duration>(ex->second.until - now)) + " (" +
                   ex->second.why + ")",
@@ -434,7 +438,10 @@ void Rendezvous::restart_round(std::vector<Output>& out, bool counts, const std:
   held_.reset();
   end_recovery();
   // Everyone gets a full join_timeout for the new round.
-  for (auto& [id, m] : members_) m.join_deadline = saturating_add(now, settings_.join_timeout);
+  for (auto& [id, m] : members_) {
+    TimePoint from = m.parked_until && *m.parked_until > now ? *m.parked_until : now;
+    m.join_deadline = saturating_add(from, settings_.join_timeout);
+  }
   for (MemberId id : ranked_) {
     if (members_.count(id)) out.push_back(out::Restart{id, round_, counts, reason});
   }
@@ -481,6 +488,7 @@ void Rendezvous::touch(MemberId member, TimePoint now, std::vector<Output>& out)
   auto it = members_.find(member);
   if (it == members_.end()) return;
   it->second.last_seen = now;
+  it->second.forgiven = Duration(0);
   // Heard: a failure held while it could not be reached may be one now.
   if (held_) release_held(now, out);
 }
@@ -641,9 +649,13 @@ std::optional<std::string> Rendezvous::cannot_exclude(MemberId member) const {
         "it hosts the rendezvous (an agent-hosted c10d endpoint), so the job would end with it; run the rendezvous "
         "in musterd to make every node replaceable");
   }
+  // Those that can take part without it: not parked, not on its address
+  // (excluded with it), not gone (their connection closed).
   std::size_t others = 0;
   for (const auto& [id, other] : members_) {
-    if (id != member && !other.parked_until) ++others;
+    if (id == member || other.parked_until || !other.connected || other.closed_at) continue;
+    if (other.request.address == m.request.address) continue;
+    ++others;
   }
   if (others < static_cast<std::size_t>(settings_.min_nodes)) {
     return "without it " + std::to_string(others) + " node" + (others == 1 ? "" : "s") +
@@ -770,6 +782,8 @@ std::vector<Output> Rendezvous::worker_hung(MemberId member, int round, int glob
       std::find(ranked_.begin(), ranked_.end(), member) == ranked_.end()) {
     return out;
   }
+  if (hung_round_ == round_) return out;  // the others were asked already
+  hung_round_ = round_;
   const std::string reason = "rank " + std::to_string(global_rank) + " on node " +
                              members_.at(member).request.node_name + " was taken for hung";
   std::size_t asked = 0;
@@ -805,8 +819,14 @@ bool Rendezvous::maybe_succeed(std::vector<Output>& out) {
   state_ = State::closed;
   for (const auto& [id, m] : members_) {
     bool ran = std::find(ranked_.begin(), ranked_.end(), id) != ranked_.end();
-    if (ran) out.push_back(out::Finished{id, true, std::nullopt, "every node's workers succeeded"});
-    else out.push_back(out::Reject{id, Code::closed, "the job finished before this node could join"});
+    if (ran) {
+      out.push_back(out::Finished{id, true, std::nullopt, "every node's workers succeeded"});
+    } else if (m.awaiting_join) {
+      // Excluded, it did its part by stepping aside: the job succeeded for it too.
+      out.push_back(out::Finished{id, true, std::nullopt, "the job succeeded without this node, which was excluded"});
+    } else {
+      out.push_back(out::Reject{id, Code::closed, "the job finished before this node could join"});
+    }
   }
   note(out, "job finished: every node's workers succeeded in round " + std::to_string(round_));
   members_.clear();
@@ -947,6 +967,19 @@ std::vector<Output> Rendezvous::tick(TimePoint now) {
     if (state_ == State::forming && participants_.size() < min) last_call_.reset();
   }
   return out;
+}
+
+void Rendezvous::forgive(Duration lag, TimePoint now) {
+  if (lag.count() <= 0) return;
+  const Duration cap = settings_.dead_after();
+  for (auto& [id, m] : members_) {
+    Duration room = cap - m.forgiven;
+    if (room.count() <= 0) continue;
+    if (m.last_seen >= now) continue;  // heard since
+    Duration add = std::min({lag, room, std::chrono::duration_cast<Duration>(now - m.last_seen)});
+    m.last_seen += add;
+    m.forgiven += add;
+  }
 }
 
 Duration Rendezvous::shortest_timeout() const {

@@ -178,21 +178,19 @@ class Fields {
 
   bool has(const char* key) const { return j_.is_object() && j_.contains(key); }
 
-  // An optional list of short names (features): at most kMaxFeatures strings
-  // of at most kMaxFeatureLength bytes.
+  // An optional list of short names (features), read leniently so that a
+  // later release's list never breaks this one: an array of strings, of
+  // which the first kMaxFeatures of at most kMaxFeatureLength bytes are kept
+  // (this release knows only short ones) and the rest ignored.
   bool names(const char* key, std::vector<std::string>& out) {
     const json* v = find(key, false);
     if (v == nullptr) return false;
     if (!v->is_array()) return fail(key, "must be an array of strings");
-    if (v->size() > kMaxFeatures) return fail(key, "has more than " + std::to_string(kMaxFeatures) + " entries");
     std::vector<std::string> got;
     for (const auto& e : *v) {
       if (!e.is_string()) return fail(key, "must be an array of strings");
       const auto& s = e.get_ref<const std::string&>();
-      if (s.size() > kMaxFeatureLength) {
-        return fail(key, "has an entry over " + std::to_string(kMaxFeatureLength) + " bytes");
-      }
-      got.push_back(s);
+      if (s.size() <= kMaxFeatureLength && got.size() < kMaxFeatures) got.push_back(s);
     }
     out = std::move(got);
     return true;

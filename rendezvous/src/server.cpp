@@ -9,6 +9,7 @@
 #include "muster/rendezvous/handshake.hpp"
 #include "muster/rendezvous/protocol.hpp"
 #include "muster/net/asio_tcp.hpp"
+#include "muster/common/duration.hpp"
 #include "muster/common/text.hpp"
 
 namespace muster::rendezvous {
@@ -227,7 +228,8 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
     // A member the job let go of (fenced, finished) may still heartbeat or
     // report on its old round before it reads why: that is no error.
     if (s.job == nullptr && s.joined_ &&
-        (type == "heartbeat" || type == "leave" || type == "workers_failed" || type == "workers_succeeded")) {
+        (type == "heartbeat" || type == "leave" || type == "workers_failed" || type == "workers_succeeded" ||
+         type == "hung")) {
       return;
     }
     // An operator's questions, on any connection (musterctl's has no job).
@@ -595,6 +597,8 @@ ServerStats RendezvousServer::stats() const {
   for (const auto& [id, t] : tombstones_) ++st.jobs[t.success ? "succeeded" : "failed"];
   st.connections = sessions_.size();
   for (Rejection r : kRejections) st.rejected[rejection_name(r)] = rejected_[static_cast<std::size_t>(r)];
+  st.behind = behind_;
+  st.behind_seconds = behind_seconds_;
   return st;
 }
 
@@ -638,13 +642,30 @@ void RendezvousServer::arm(Job& job, TimePoint at) {
     if (!j) return;
     j->armed = false;
     try {
-      deliver(*j, j->rdzv.tick(Clock::now()));
+      auto now = Clock::now();
+      // Late: the loop could neither get here nor read heartbeats meanwhile.
+      if (auto late = std::chrono::duration_cast<Duration>(now - j->armed_at); late >= kLagTolerance) {
+        behind(*j, late, now);
+      }
+      deliver(*j, j->rdzv.tick(now));
       rearm(*j, true);
       retire_if_closed(*j);
     } catch (const std::exception& e) {
       log::error("rendezvous: job '" + log_excerpt(j->id, 64) + "': " + e.what());
     }
   });
+}
+
+void RendezvousServer::behind(Job& job, Duration late, TimePoint now) {
+  job.rdzv.forgive(late, now);
+  ++behind_;
+  behind_seconds_ += std::chrono::duration<double>(late).count();
+  if (behind_said_ && now - *behind_said_ < kBehindNoteEvery) return;
+  behind_said_ = now;
+  log::warning("rendezvous: this server is behind: job '" + log_excerpt(job.id, 64) + "''s timer ran " +
+               seconds_text(late) +
+               " late (the machine is short of CPU, or a storm of joins keeps the event loop busy); silence "
+               "in that time is not counted against the members (at most the dead-after window each)");
 }
 
 void RendezvousServer::gone(Session& s) {

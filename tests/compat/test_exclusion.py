@@ -82,9 +82,10 @@ def test_a_node_that_always_fails_is_excluded_and_the_job_finishes_where_torchru
         assert (tmp_path / "start_bad_a0_n2").exists() and (tmp_path / "start_bad_a1_n2").exists()
         assert not list(tmp_path.glob("start_bad_a2_*"))
         assert "the workers of node 127.0.0.2_" in err, err[-4000:]
-        # bad stayed a member while it waited out its cooldown: it hears that the job is over.
+        # bad stayed a member while it waited out its cooldown: it hears at once that the job
+        # succeeded without it, and ends with 0 (it did its part by stepping aside).
         rc_bad, err_bad = collect(bad, 60 * SLACK)
-        assert rc_bad == 1 and "the job finished before this node could join" in err_bad, err_bad[-4000:]
+        assert rc_bad == 0, err_bad[-4000:]
         assert "this node is excluded from the job for 600 s: it was the root cause of 2 failed attempts in a row " \
                "(exclude_after=2); this node stops its workers and joins again as a spare in 600 s" in err_bad, \
             err_bad[-4000:]
@@ -141,7 +142,7 @@ def test_a_spare_takes_the_place_of_an_excluded_node(tmp_path):
         assert all(d.endswith("_n2") for d in done), done
         assert int(done[0].split("_a")[1].split("_")[0]) <= 3  # within the restart budget
         rc_bad, err_bad = collect(bad, 60 * SLACK)
-        assert rc_bad == 1, err_bad[-4000:]
+        assert rc_bad == 0, err_bad[-4000:]
         assert "this node is excluded from the job for 600 s: it was the root cause of 2 failed attempts in a row" \
             in err_bad, err_bad[-4000:]
     finally:
@@ -171,7 +172,7 @@ def test_a_worker_asks_for_its_node_s_exclusion_with_its_exit_code(tmp_path):
         rc, err = collect(good, 120 * SLACK)
         assert rc == 0, err[-4000:]
         rc_bad, err_bad = collect(bad, 60 * SLACK)
-        assert rc_bad == 1, err_bad[-4000:]
+        assert rc_bad == 0, err_bad[-4000:]
         assert "worker 0 exited with 75 (--exclude-exit-code): asking the rendezvous to exclude this node" in err_bad
         assert "this node is excluded from the job for 600 s" in err_bad, err_bad[-4000:]
     finally:

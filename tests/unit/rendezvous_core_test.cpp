@@ -1024,10 +1024,11 @@ TEST_CASE("without exclude_after, a failure that asks for it excludes its node a
   job.advance(31s);  // a alone: the round closes at last call
   REQUIRE(job.rdzv.state() == State::running);
   auto done = job.rdzv.workers_succeeded(1, job.rdzv.round(), job.now);
-  auto told = all<out::Reject>(done);
-  REQUIRE(told.size() == 1);
-  CHECK(told[0].member == 2);
-  CHECK(told[0].code == muster::Code::closed);
+  auto told = all<out::Finished>(done);
+  REQUIRE(told.size() == 2);
+  CHECK(told[1].member == 2);
+  CHECK(told[1].success);  // it stepped aside: the job succeeded for it too
+  CHECK(told[1].message == "the job succeeded without this node, which was excluded");
 }
 
 TEST_CASE("every node gives the same exclusion settings", "[rdzv][exclude]") {
@@ -1064,12 +1065,93 @@ TEST_CASE("a hung rank has the other nodes that can take their stacks; musterctl
   CHECK(orders[0].member == 1);
   CHECK(orders[0].reason == "rank 2 on node c was taken for hung");
   CHECK(log_has(hung, "1 other node of round 0 take their workers' stacks"));
-  // A report about another round changes nothing.
+  // A report about another round changes nothing, and the round's next hung rank (every
+  // node's watchdog fires in a collective hang) asks nobody again.
   CHECK(all<out::DumpStacks>(job.rdzv.worker_hung(3, 7, 2, job.now)).empty());
+  CHECK(all<out::DumpStacks>(job.rdzv.worker_hung(1, 0, 0, job.now)).empty());
 
   std::size_t unable = 0;
   auto asked = job.rdzv.request_stacks("musterctl", unable);
   CHECK(all<out::DumpStacks>(asked).size() == 2);
   CHECK(unable == 1);
   CHECK(all<out::DumpStacks>(asked)[0].reason == "asked by musterctl");
+}
+
+// --- A rendezvous that fell behind -------------------------------------------
+
+TEST_CASE("silence while the rendezvous could not read is forgiven, at most the dead-after window each",
+          "[rdzv][lag]") {
+  Job job(settings(2, 2));  // dead after 15 s
+  job.join(1, "a");
+  job.join(2, "b");
+  REQUIRE(job.rdzv.state() == State::running);
+  // The loop stalls 14 s: nobody's heartbeat is read. Then it is 6 s late for its timer.
+  job.now += 20s;
+  job.rdzv.forgive(6s, job.now);
+  auto out = job.rdzv.tick(job.now);
+  CHECK(all<out::Restart>(out).empty());  // 20 s silent, 6 forgiven: within the window
+  CHECK(job.rdzv.members() == 2);
+  // Heard again: the forgiveness starts afresh.
+  job.rdzv.heartbeat(1, job.now);
+  job.rdzv.heartbeat(2, job.now);
+  // A member that really died is still found, however far behind the loop stays:
+  // b is silent from here; every tick is late by 10 s.
+  for (int i = 0; i < 4; ++i) {
+    job.now += 10s;
+    job.rdzv.heartbeat(1, job.now);
+    job.rdzv.forgive(10s, job.now);
+    job.rdzv.tick(job.now);
+  }
+  // 40 s of b's silence, 15 s of it forgiven at most: b is gone.
+  CHECK(job.rdzv.members() == 1);
+  CHECK(job.rdzv.counters().lost_to_silence == 1);
+}
+
+TEST_CASE("the excluded agent's own join in flight leaves it parked until it joins after the cooldown",
+          "[rdzv][exclude]") {
+  Job job(exclusion_settings(1, 2, 5, 0));
+  auto joiner = [&](MemberId id, const std::string& name) {
+    JoinRequest r;
+    r.node_name = name;
+    r.address = name + ".cluster";
+    r.store_port = 40000;
+    r.features = {kFeatureStacks, kFeatureExclude};
+    job.agents.insert(id);
+    return job.rdzv.join(id, r, job.now);
+  };
+  joiner(1, "good");
+  joiner(2, "bad");
+  job.rdzv.workers_failed(2, 0, failed_at(1, 1000, true), job.now);
+  // bad's rejoin crosses its exclusion on the wire: it is parked, and stays parked past the
+  // cooldown until its agent joins again (never taken in behind its back).
+  auto first = joiner(1, "good");
+  REQUIRE(exclusions_in(first).size() == 1);
+  auto crossed = joiner(2, "bad");
+  CHECK(all<out::Assign>(crossed).empty());
+  job.advance(31s);  // good runs alone
+  REQUIRE(job.rdzv.state() == State::running);
+  // A failure of good re-forms the job during bad's cooldown: bad's deadline still runs from
+  // the cooldown's end, so it is not turned away meanwhile.
+  job.rdzv.workers_failed(1, job.rdzv.round(), failed_at(0, 40'000), job.now);
+  joiner(1, "good");
+  auto later = job.advance(40s);  // past the 60 s cooldown
+  CHECK(all<out::Reject>(later).empty());
+  CHECK(job.rdzv.waiting() == 0);
+  CHECK(job.rdzv.members() == 2);
+  // Its agent joins after the cooldown: a spare now (the round runs on good).
+  joiner(2, "bad");
+  CHECK(job.rdzv.waiting() == 1);
+}
+
+TEST_CASE("nodes on the excluded node's own address do not count as the ones that remain", "[rdzv][exclude]") {
+  Job job(exclusion_settings(2, 3, 5, 1));
+  job.join(1, "a", 1, "host-a");
+  job.join(2, "b1", 1, "host-b");
+  job.join(3, "b2", 1, "host-b");  // a second agent on the same machine
+  REQUIRE(job.rdzv.state() == State::running);
+  auto out = job.rdzv.workers_failed(2, 0, failed_at(1, 1000), job.now);
+  auto more = job.advance(6s);  // the verdict's settle time
+  out.insert(out.end(), more.begin(), more.end());
+  CHECK(exclusions_in(out).empty());  // without host-b only a remains, below min 2
+  CHECK(job.rdzv.counters().excluded == 0);
 }

@@ -97,6 +97,10 @@ constexpr Duration kLossGrace{5000};
 // "stacks": the agent takes its workers' Python stacks on a `dump_stacks`
 // order; the server takes `hung` reports and `stacks` queries.
 inline constexpr const char* kFeatureStacks = "stacks";
+// "exclude": the agent waits out an exclusion's cooldown itself (a fence with
+// excluded_for) and joins again after it; a join it sends meanwhile (one in
+// flight, a reconnect) is parked without being taken in by the cooldown's end.
+inline constexpr const char* kFeatureExclude = "exclude";
 constexpr std::size_t kMaxFeatures = 16;
 constexpr std::size_t kMaxFeatureLength = 64;
 
@@ -363,6 +367,7 @@ class Rendezvous {
   // A worker of `member` (global rank `global_rank`) was taken for hung in
   // `round`: every other member of the running round that can takes its
   // workers' stacks now, while the hung collective's peers still wait in it.
+  // Once per round: the first hung report of a round asks the others.
   std::vector<Output> worker_hung(MemberId member, int round, int global_rank, TimePoint now);
   // An operator asks for the stacks of every worker of the running round
   // (musterctl stacks): orders for the members that can; `unable` counts the
@@ -376,6 +381,12 @@ class Rendezvous {
   void disconnected(MemberId member, TimePoint now, Disconnect how = Disconnect::broken);
   // Fires what is due at `now`: last call, join timeouts, dead members.
   std::vector<Output> tick(TimePoint now);
+  // The driver fell behind: for `lag` it could not read what members sent
+  // (its loop was starved, or busy with a storm of joins). That silence is
+  // not theirs: each member's is counted from later, by at most the
+  // dead-after window between two messages of its own, so a driver that
+  // stays behind still finds the dead.
+  void forgive(Duration lag, TimePoint now);
   // When tick() next has something to do (O(members)).
   std::optional<TimePoint> next_deadline() const;
   // No event at `now` can make anything due before now + shortest_timeout():
@@ -408,6 +419,7 @@ class Rendezvous {
     // Excluded itself: it stays a member (so it hears how the job ends) but
     // is taken in only by the join its agent sends after the cooldown.
     bool awaiting_join = false;
+    Duration forgiven{0};  // silence forgiven since it was last heard (forgive())
   };
   struct Exclusion {
     std::string node_name;
@@ -513,6 +525,7 @@ class Rendezvous {
     TimePoint deadline{};
   };
   std::optional<PendingVerdict> verdict_;
+  int hung_round_ = -1;  // the round whose hang already had the others take their stacks
   // Rebuilding a running round from resuming members (a restarted server).
   bool recovering_ = false;
   int recovering_world_ = 0;

@@ -66,7 +66,15 @@ struct ServerStats {
   std::size_t connections = 0;
   Counters totals;                          // over every job since start
   std::map<std::string, uint64_t> rejected;  // connections and joins refused, by reason (every one, 0 or more)
+  uint64_t behind = 0;         // times a job's timer fired kLagTolerance or more late
+  double behind_seconds = 0;   // and by how much, in all
 };
+
+// A job's timer that fires this late means the event loop could not run (nor
+// read the members' heartbeats) for that long: the lag is forgiven them.
+constexpr std::chrono::milliseconds kLagTolerance{500};
+// How often "musterd is behind" is said at most.
+constexpr std::chrono::seconds kBehindNoteEvery{10};
 
 class RendezvousServer {
  public:
@@ -145,6 +153,8 @@ class RendezvousServer {
   void deliver(Job& job, const std::vector<Output>& outputs);
   void rearm(Job& job, bool full = false);
   void arm(Job& job, TimePoint at);
+  // A job's timer fired `late`: the loop was behind; forgive, count, say so.
+  void behind(Job& job, Duration late, TimePoint now);
   void retire_if_closed(Job& job);
   void expire_tombstones(TimePoint now);
   void gone(Session& s);
@@ -162,6 +172,9 @@ class RendezvousServer {
   std::unordered_map<std::string, std::size_t> per_peer_;
   Counters retired_;  // the counters of jobs no longer held
   std::array<uint64_t, std::size(kRejections)> rejected_{};
+  uint64_t behind_ = 0;
+  double behind_seconds_ = 0;
+  std::optional<TimePoint> behind_said_;
   // The sessions, which hold its alive flag: a session woken after close()
   // (its coroutine may outlive the server) sees it false and leaves the server alone.
   net::SessionServer<Session> sessions_;
