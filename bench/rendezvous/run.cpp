@@ -306,8 +306,13 @@ void one_job(const std::string& musterd_path, int n, int block) {
 
   const int keep_alive = keep_alive_ms(n);
   // Heartbeats from everyone but the silent ones.
+  // How late this one-thread load generator's heartbeat round ran at worst:
+  // past keep_alive / 2 + the dead-after window's slack, a drop is its fault.
   asio::steady_timer beat(io);
+  double beat_late_ms = 0;
   std::function<void()> heartbeat = [&] {
+    auto due = beat.expiry();
+    if (due != Clock::time_point{}) beat_late_ms = std::max(beat_late_ms, ms_between(due, Clock::now()));
     for (auto& a : agents)
       if (!a->silent && a->socket.is_open()) a->send({{"type", "heartbeat"}, {"v", 1}});
     beat.expires_after(std::chrono::milliseconds(keep_alive / 2));
@@ -347,6 +352,10 @@ void one_job(const std::string& musterd_path, int n, int block) {
   std::printf("%-8d %13.1f %10ld %12ld %16.1f %18.1f %16d %13.1f %15.2f\n", n, f.formation_ms, f.messages, f.bytes,
               leave_ms, silence_ms, keep_alive * kAttempts, peak / 1024.0,
               static_cast<double>(f.rss_formed - f.rss_before) / n);
+  // Which side lags under load: this generator's own heartbeat round (musterd
+  // says in its log when its timers run late, "this server is behind").
+  std::printf("         load generator: its heartbeat round ran at most %.0f ms late (interval %d ms)\n", beat_late_ms,
+              keep_alive / 2);
   std::fflush(stdout);
 }
 

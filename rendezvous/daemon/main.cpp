@@ -93,7 +93,7 @@ std::string render_metrics(muster::rendezvous::ServerStats st) {
            "by a worker's --exclude-exit-code.");
   t.sample(static_cast<double>(st.totals.excluded));
   t.family("musterd_behind_total", "counter",
-           "Times a job's timer ran 0.5 s or more late: the event loop could not read the members' heartbeats "
+           "Times a job's timer ran 0.1 s or more late: the event loop could not read the members' heartbeats "
            "meanwhile (short of CPU, or a storm of joins), and that silence was not counted against them.");
   t.sample(static_cast<double>(st.behind));
   t.family("musterd_behind_seconds_total", "counter", "How late those timers ran, in all.");

@@ -72,7 +72,7 @@ struct ServerStats {
 
 // A job's timer that fires this late means the event loop could not run (nor
 // read the members' heartbeats) for that long: the lag is forgiven them.
-constexpr std::chrono::milliseconds kLagTolerance{500};
+constexpr std::chrono::milliseconds kLagTolerance{100};
 // How often "musterd is behind" is said at most.
 constexpr std::chrono::seconds kBehindNoteEvery{10};
 
