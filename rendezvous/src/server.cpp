@@ -355,16 +355,18 @@ void RendezvousServer::answer_jobs(Session& s, const json& msg) {
   s.send(to_json(reply));
 }
 
+// Not a fault of the connection: said, and closed, without a warning.
+void RendezvousServer::not_found(Session& s, const std::string& text) {
+  s.send(error_message(Code::not_found, text));
+  s.close_after_write_ = true;
+  if (!s.out_.writing()) s.close();
+}
+
 void RendezvousServer::answer_stacks(Session& s, const json& msg) {
   auto q = stacks_query_from_json(msg);
   if (!q.ok()) return s.fail(Code::invalid_argument, q.status().message());
   auto it = jobs_.find(q->job);
-  if (it == jobs_.end()) {
-    s.send(error_message(Code::not_found, "no open job '" + log_excerpt(q->job, 64) + "' here"));
-    s.close_after_write_ = true;
-    if (!s.out_.writing()) s.close();
-    return;
-  }
+  if (it == jobs_.end()) return not_found(s, "no open job '" + log_excerpt(q->job, 64) + "' here");
   std::shared_ptr<Job> job = it->second;
   std::size_t unable = 0;
   auto orders = job->rdzv.request_stacks("musterctl", unable);
@@ -387,13 +389,7 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
   auto it = jobs_.find(q->job);
   if (it == jobs_.end()) {
     auto t = tombstones_.find(q->job);
-    if (t == tombstones_.end()) {
-      // Not a fault of the connection: said, and closed, without a warning.
-      s.send(error_message(Code::not_found, "no job '" + log_excerpt(q->job, 64) + "' here"));
-      s.close_after_write_ = true;
-      if (!s.out_.writing()) s.close();
-      return;
-    }
+    if (t == tombstones_.end()) return not_found(s, "no job '" + log_excerpt(q->job, 64) + "' here");
     JobReply reply;
     reply.job = summarize(t->first, t->second, now);
     reply.last_failure = t->second.failure;

@@ -149,6 +149,7 @@ class RendezvousServer {
   void answer_job(Session& s, const nlohmann::json& msg);
   // musterctl stacks: orders to the job's agents that can take their stacks.
   void answer_stacks(Session& s, const nlohmann::json& msg);
+  void not_found(Session& s, const std::string& text);
   void handle_join(Session& s, const nlohmann::json& msg);
   void deliver(Job& job, const std::vector<Output>& outputs);
   void rearm(Job& job, bool full = false);
