@@ -1042,7 +1042,7 @@ TEST_CASE("every node gives the same exclusion settings", "[rdzv][exclude]") {
 
 // --- Stacks of a hung job ----------------------------------------------------
 
-TEST_CASE("a hung rank has the other nodes that can take their stacks; musterctl asks every node", "[rdzv][stacks]") {
+TEST_CASE("a hung rank has the other nodes that can take their stacks, and musterctl asks every node", "[rdzv][stacks]") {
   Job job(settings(3, 3));
   auto joiner = [&](MemberId id, const std::string& name, bool can) {
     JoinRequest r;
