@@ -276,7 +276,7 @@ TEST_CASE("exclusion fields are new fields of existing messages, absent when unu
   CHECK(reply->members[0].parked_ms == 4000);
 }
 
-TEST_CASE("what a peer can do is said in the join and the assignment; the stacks messages are checked",
+TEST_CASE("what a peer can do is said in the join and the assignment, and the stacks messages are checked",
           "[frames][stacks]") {
   JoinMessage m;
   m.job = "j";
