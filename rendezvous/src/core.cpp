@@ -614,10 +614,11 @@ std::optional<Rendezvous::Verdict> Rendezvous::judge(std::vector<Output>& out) {
                   " failed first (rank " + std::to_string(root->failure.global_rank) + ", exit code " +
                   std::to_string(root->failure.exitcode) + "), before those whose report came first");
   }
-  int streak = ++streak_[root->address];
-  for (auto it = streak_.begin(); it != streak_.end();) {
-    it = it->first == root->address ? std::next(it) : streak_.erase(it);
+  if (streak_address_ != root->address) {
+    streak_address_ = root->address;
+    streak_ = 0;
   }
+  const int streak = ++streak_;
   const bool asked = root->failure.exclude_node;
   if (!asked && (settings_.exclude_after <= 0 || streak < settings_.exclude_after)) return std::nullopt;
   std::string why = asked ? "its worker (rank " + std::to_string(root->failure.global_rank) + ") exited with code " +
@@ -687,7 +688,7 @@ void Rendezvous::exclude(const Verdict& v, TimePoint now, std::vector<Output>& o
   ex.why = v.why;
   ex.until = saturating_add(now, cool);
   ++ex.count;
-  streak_.erase(address);
+  if (streak_address_ == address) streak_ = 0;
   ++counters_.excluded;
   out.push_back(out::Fenced{v.member, "this node is excluded from the job for " + seconds_text(cool) + ": " + v.why,
                             cool});

@@ -512,10 +512,11 @@ class Rendezvous {
   std::optional<FailureInfo> last_failure_;
   std::string last_failure_node_;
   TimePoint last_failure_at_{};
-  // Exclusions by address, and root-cause streaks (only the latest root's
-  // address has one: any other node's root cause ends it).
+  // Exclusions by address, and the root-cause streak: only the latest
+  // root's address has one (any other node's root cause ends it).
   std::map<std::string, Exclusion> excluded_;
-  std::map<std::string, int> streak_;
+  std::string streak_address_;
+  int streak_ = 0;
   int failures_round_ = -1;
   std::vector<RoundFailure> round_failures_;
   // The verdict on failures_round_, once it ended by a failure: due when
