@@ -703,12 +703,9 @@ void Rendezvous::exclude(const Verdict& v, TimePoint now, std::vector<Output>& o
   waiting_.erase(v.member);
   participants_.erase(v.member);
   assigned_.erase(v.member);
-  if (state_ == State::running && std::find(ranked_.begin(), ranked_.end(), v.member) != ranked_.end()) {
-    ranked_.erase(std::remove(ranked_.begin(), ranked_.end(), v.member), ranked_.end());
-    restart_round(out, false, "node " + name + " (" + address + ") is excluded for " + seconds_text(cool) + ": " + v.why,
-                  now);
-    return;
-  }
+  // A verdict is given while the round after the failed attempt forms
+  // (settle() runs before any round completes), so the member holds no place
+  // in a running round: only the forming one can lose its minimum.
   if (state_ == State::forming && participants_.size() < static_cast<std::size_t>(settings_.min_nodes)) {
     last_call_.reset();
   }
