@@ -283,7 +283,6 @@ void RendezvousMember::handle(const rendezvous::out::Assign& a) {
   join_pending_ = false;
   round_ = a.round;
   assignment_ = a;
-  server_takes_hung_ = std::find(a.features.begin(), a.features.end(), rendezvous::kFeatureStacks) != a.features.end();
   // The join that brought this was heard: the lease runs from its sending.
   lease_.renew(join_sent_at_);
   arm_lease_timer();
@@ -425,7 +424,11 @@ void RendezvousMember::report_failure(const rendezvous::FailureInfo& failure) {
 }
 
 void RendezvousMember::report_hung(int global_rank) {
-  if (left_ || !assignment_ || !server_takes_hung_ || !rdzv_->connected()) return;
+  // Only to a server whose assignment said it takes them.
+  if (left_ || !assignment_ || !rendezvous::has_feature(assignment_->features, rendezvous::kFeatureStacks) ||
+      !rdzv_->connected()) {
+    return;
+  }
   rdzv_->send(rendezvous::to_json(rendezvous::HungMessage{round_, global_rank}));
 }
 

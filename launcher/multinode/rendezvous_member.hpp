@@ -176,7 +176,6 @@ class RendezvousMember {
   bool shutting_down() const;
   bool within_stale_connection_window();
   std::optional<std::chrono::milliseconds> exclusion_wait_;
-  bool server_takes_hung_ = false;  // the assignment listed kFeatureStacks
 
   MemberSettings settings_;
   MemberIdentity id_;

@@ -151,8 +151,7 @@ std::vector<Output> Rendezvous::join(MemberId member, const JoinRequest& request
     // The excluded agent's own join (sent before it read its exclusion)
     // changes nothing: it joins again after the cooldown. Another agent on
     // that address, or one that knows nothing of exclusions, is taken in then.
-    m.awaiting_join = was_awaiting && std::find(request.features.begin(), request.features.end(),
-                                                kFeatureExclude) != request.features.end();
+    m.awaiting_join = was_awaiting && has_feature(request.features, kFeatureExclude);
     note(out, "node " + request.node_name + " (" + request.address + ") waits: its address is excluded for another " +
                   seconds_text(std::chrono::duration_cast<Duration>(ex->second.until - now)) + " (" +
                   ex->second.why + ")",
@@ -767,12 +766,6 @@ std::vector<Output> Rendezvous::workers_succeeded(MemberId member, int round, Ti
   return out;
 }
 
-namespace {
-bool can(const JoinRequest& r, const char* feature) {
-  return std::find(r.features.begin(), r.features.end(), feature) != r.features.end();
-}
-}  // namespace
-
 std::vector<Output> Rendezvous::worker_hung(MemberId member, int round, int global_rank, TimePoint now) {
   std::vector<Output> out;
   touch(member, now, out);
@@ -786,7 +779,7 @@ std::vector<Output> Rendezvous::worker_hung(MemberId member, int round, int glob
                              members_.at(member).request.node_name + " was taken for hung";
   std::size_t asked = 0;
   for (MemberId id : ranked_) {
-    if (id == member || !can(members_.at(id).request, kFeatureStacks)) continue;
+    if (id == member || !has_feature(members_.at(id).request.features, kFeatureStacks)) continue;
     out.push_back(out::DumpStacks{id, reason});
     ++asked;
   }
@@ -801,7 +794,7 @@ std::vector<Output> Rendezvous::request_stacks(const std::string& who, std::size
   unable = 0;
   if (state_ != State::running) return out;
   for (MemberId id : ranked_) {
-    if (can(members_.at(id).request, kFeatureStacks)) out.push_back(out::DumpStacks{id, "asked by " + who});
+    if (has_feature(members_.at(id).request.features, kFeatureStacks)) out.push_back(out::DumpStacks{id, "asked by " + who});
     else ++unable;
   }
   return out;

@@ -102,6 +102,12 @@ inline constexpr const char* kFeatureStacks = "stacks";
 // flight, a reconnect) is parked without being taken in by the cooldown's end.
 inline constexpr const char* kFeatureExclude = "exclude";
 constexpr std::size_t kMaxFeatures = 16;
+inline bool has_feature(const std::vector<std::string>& features, const char* feature) {
+  for (const auto& f : features) {
+    if (f == feature) return true;
+  }
+  return false;
+}
 constexpr std::size_t kMaxFeatureLength = 64;
 
 // An excluded node's cooldown doubles with each exclusion of its address, up to this.
