@@ -115,7 +115,7 @@ def test_a_node_that_always_fails_is_excluded_and_the_job_finishes_where_torchru
         assert wait_for(lambda: (ref / "start_bad_a0_n2").exists(), 120 * SLACK), \
             "torchrun's job never formed on both nodes"
         # As long as muster took to finish, and more: torchrun has not finished the job.
-        wait_for(lambda: all(a.poll() is not None for a in agents), max(60.0, 3 * took))
+        wait_for(lambda: all(a.poll() is not None for a in agents), max(60.0 * SLACK, 3 * took))
         finished = [a.returncode == 0 for a in agents if a.poll() is not None]
         assert not any(finished) and not list(ref.glob("done_*")), sorted(p.name for p in ref.iterdir())
     finally:
@@ -128,9 +128,12 @@ def test_a_spare_takes_the_place_of_an_excluded_node(tmp_path):
     conf = CONF + ",exclude_after=2"
     good = bad = spare = None
     try:
-        # good's check makes its rejoin slower than bad's, so bad is in the next round with the spare.
+        # good's check holds its rejoin after the first attempt until bad's worker has started the
+        # second one, so the next round is bad's and the spare's: bad fails its second attempt in
+        # a row, with a spare waiting.
+        hold = f"test ! -e {tmp_path}/start_good_a0_n2 || test -e {tmp_path}/start_bad_a1_n2"
         good = launch([MUSTER], endpoint, "good", 1, tmp_path, "2:2", conf, "--max-restarts=3",
-                      "--health-check=sleep 2")
+                      f"--health-check={hold}")
         bad = launch([MUSTER], endpoint, "bad", 3, tmp_path, "2:2", conf, "--max-restarts=3", bad=True)
         assert wait_for(lambda: (tmp_path / "start_bad_a0_n2").exists(), 120 * SLACK), "the job never formed"
         spare = launch([MUSTER], endpoint, "spare", 2, tmp_path, "2:2", conf, "--max-restarts=3")
@@ -141,6 +144,8 @@ def test_a_spare_takes_the_place_of_an_excluded_node(tmp_path):
         assert len(done) == 2 and {d.split("_")[1] for d in done} == {"good", "spare"}, done
         assert all(d.endswith("_n2") for d in done), done
         assert int(done[0].split("_a")[1].split("_")[0]) <= 3  # within the restart budget
+        # Attempts 0 and 1 failed on bad (the second with the spare), attempt 2 ran on good and the spare.
+        assert all("_a2_" in d for d in done) and (tmp_path / "start_bad_a1_n2").exists(), done
         rc_bad, err_bad = collect(bad, 60 * SLACK)
         assert rc_bad == 0, err_bad[-4000:]
         assert "this node is excluded from the job for 600 s: it was the root cause of 2 failed attempts in a row" \
