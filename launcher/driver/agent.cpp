@@ -334,6 +334,7 @@ void Agent::start_dump(const std::string& title, bool for_report) {
     for (auto& then : waiting) {
       if (!finished()) then();
     }
+    release_held_stop();
   });
 }
 
@@ -415,13 +416,15 @@ void Agent::on_signal(int signo) {
 // The core puts Finish last in its list and answers nothing once finished,
 // so every action of a list is performed, and nothing after Finish.
 void Agent::apply(const std::vector<Action>& actions) {
-  for (const auto& a : actions) {
+  for (auto it = actions.begin(); it != actions.end(); ++it) {
+    const Action& a = *it;
     if (const auto* start = std::get_if<action::StartWorkers>(&a)) {
       start_workers(start->restart_count);
     } else if (const auto* failed = std::get_if<action::AnnounceRestart>(&a)) {
       log::warning("[" + cfg_.role + "] Worker group FAILED. " + std::to_string(failed->attempts_left) + "/" +
                    std::to_string(failed->max_restarts) + " attempts left; will restart worker group");
     } else if (const auto* sig = std::get_if<action::SignalWorkers>(&a)) {
+      if (hold_stop_for_stacks(it, actions.end())) return;
       last_stop_signal_ = sig->signo;
       for (int lr : supervisor_.running()) {
         log::warning("Sending process " + std::to_string(supervisor_.worker_pid(lr)) + " closing signal " +
@@ -470,6 +473,38 @@ void Agent::apply(const std::vector<Action>& actions) {
       return;
     }
   }
+}
+
+// The workers' stacks being taken (a rank of this or another node was taken
+// for hung, or musterctl stacks) are what the stop would destroy: a stop that
+// an order or a failure brings waits for the dump (at most kStackDumpLimit),
+// then goes on as it would have. A signal to the agent does not wait.
+bool Agent::hold_stop_for_stacks(std::vector<Action>::const_iterator from, std::vector<Action>::const_iterator end) {
+  if (!stacks_ || !stacks_->running() || core_.received_signal()) return false;
+  if (held_stop_.empty()) {
+    log::warning("[" + cfg_.role + "] stopping the workers once their Python stacks, being taken now, are written (at most " +
+                 std::to_string(kStackDumpLimit.count()) + " s)");
+  }
+  held_stop_.insert(held_stop_.end(), from, end);
+  held_stop_attempt_ = core_.groups_started();
+  return true;
+}
+
+void Agent::release_held_stop() {
+  auto held = std::move(held_stop_);
+  held_stop_.clear();
+  // Meanwhile the workers may all have exited and the next attempt begun:
+  // the stop was for the one that ended.
+  if (held.empty() || finished() || core_.phase() != Phase::stopping || core_.groups_started() != held_stop_attempt_) {
+    return;
+  }
+  // A signal to the agent meanwhile has sent its own: only the rest is left.
+  if (core_.received_signal()) {
+    held.erase(std::remove_if(held.begin(), held.end(),
+                              [](const Action& a) { return std::holds_alternative<action::SignalWorkers>(a); }),
+               held.end());
+  }
+  apply(held);
 }
 
 void Agent::start_workers(int restart_count) {

@@ -5,8 +5,10 @@ requests on the store the agent hosts are progress; the streams still reach
 the console unchanged."""
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -148,27 +150,47 @@ def test_the_environment_variable_and_bad_values(tmp_path):
     assert r.returncode == 1 and "MUSTER_WORKER_TIMEOUT='x'" in r.stderr
 
 
-def two_node_job(endpoint, job, out, watchdog_on_last):
+def two_node_job(endpoint, job, out, watchdog_on_last, first_env=None):
     """Two agents through musterd, one worker each, hang_worker's deep-last mode: the last
     node's worker hangs in muster_test_hung_here, the first node's waits in
-    muster_test_peer_waits (printing, so never silent)."""
+    muster_test_peer_waits (printing, so never silent). first_env: more for the first agent."""
     agents = []
     for node in (1, 2):
         extra = [f"--worker-timeout={QUICK}"] if watchdog_on_last and node == 2 else []
+        env = base_env(**(first_env or {})) if node == 1 else base_env()
         agents.append(subprocess.Popen(
             [MUSTER, "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
              f"--rdzv-id={job}", "--rdzv-conf=last_call_timeout=1,join_timeout=120", f"--local-addr=127.0.0.{node}",
              *extra, WORKER, str(out), "deep-last"],
-            env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     return agents
+
+
+def py_spy_after_the_kill(out):
+    """A py-spy for the first node that starts its dump only once the last node's hung worker
+    is gone (pid_1_0) and a second more: by then the job's stop (the hung rank's failure, no
+    restarts left) has reached the first node, while its dump is under way."""
+    real = shutil.which("py-spy", path=base_env()["PATH"]) or str(Path(sys.executable).with_name("py-spy"))
+    script = out / "slow-py-spy"
+    script.write_text(f"""#!/bin/sh
+hung=$(cat '{out}/pid_1_0')
+i=0
+while kill -0 "$hung" 2>/dev/null && [ $i -lt 80 ]; do sleep 0.1; i=$((i + 1)); done
+sleep 1
+exec '{real}' "$@"
+""")
+    script.chmod(0o755)
+    return str(script)
 
 
 def test_a_hung_rank_has_every_node_take_its_workers_stacks(tmp_path):
     musterd, port = start_musterd()
-    agents = two_node_job(f"127.0.0.1:{port}", "hungjob", tmp_path, watchdog_on_last=True)
+    agents = two_node_job(f"127.0.0.1:{port}", "hungjob", tmp_path, watchdog_on_last=True,
+                          first_env={"MUSTER_PY_SPY": py_spy_after_the_kill(tmp_path)})
     try:
         # The first node has no watchdog of its own: the rendezvous asks it for its stacks when
         # the last node takes its rank for hung, while its worker still waits for the hung one.
+        # The job's stop reaches it while that dump is under way: the stop waits for the dump.
         said, seen = read_stderr_until(agents[0], rb"muster_test_peer_waits \(hang_worker\.py:", 120 * SLACK)
         text = seen.decode(errors="replace")
         assert said, text[-4000:]
@@ -178,7 +200,12 @@ def test_a_hung_rank_has_every_node_take_its_workers_stacks(tmp_path):
                          r"\(local_rank 0, pid \d+\)", text), text[-4000:]
         _, err_last = agents[1].communicate(timeout=120 * SLACK)
         assert "muster_test_hung_here (hang_worker.py:" in err_last.decode(errors="replace")
-        agents[0].wait(timeout=120 * SLACK)
+        _, rest = agents[0].communicate(timeout=120 * SLACK)
+        assert agents[0].returncode == 1
+        # The waiting worker was stopped after its stack was taken, not before.
+        whole = text + rest.decode(errors="replace")
+        assert re.search(r"Sending process \d+ closing signal SIGTERM", whole[whole.index("muster_test_peer_waits"):]), \
+            whole[-4000:]
     finally:
         for a in agents:
             if a.poll() is None:
