@@ -139,6 +139,10 @@ void Agent::open_health_check() {
     env["MUSTER_ROLE"] = cfg_.role;
     env["MUSTER_LOCAL_WORLD_SIZE"] = std::to_string(cfg_.nproc_per_node);
     health_ = std::make_unique<HealthCheck>(io_, cfg_.health_check, cfg_.health_check_timeout, std::move(env));
+    // In a job through a rendezvous, musterctl job shows the node that stays out.
+    health_->on_failed([this](const HealthCheck::Failed& f) {
+      if (member_ && !finished()) member_->report_health(f.failures, f.detail, f.retry_in);
+    });
   }
 }
 

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -78,6 +80,7 @@ RendezvousMember::RendezvousMember(boost::asio::io_context& io, std::string host
       name_(id_.address + "_" + instance_id()),
       core_(core),
       events_(std::move(events)),
+      health_(io, host, port, key),
       lease_(settings_.rdzv.dead_after()),
       heartbeat_timer_(io),
       lease_timer_(io),
@@ -93,7 +96,24 @@ RendezvousMember::RendezvousMember(boost::asio::io_context& io, std::string host
 
 RendezvousMember::~RendezvousMember() {
   left_ = true;
+  health_.close();
   rdzv_->close();
+}
+
+void RendezvousMember::report_health(uint64_t failures, const std::string& detail, std::chrono::milliseconds retry_in) {
+  if (left_) return;
+  rendezvous::HealthReport r;
+  r.job = id_.job;
+  r.node = name_;
+  r.address = id_.address;
+  r.role = id_.role;
+  r.failures = static_cast<int>(std::min<uint64_t>(failures, static_cast<uint64_t>(std::numeric_limits<int>::max())));
+  r.failures = std::max(r.failures, 1);
+  // Escaped and cut so that, even with every byte escaped (4 bytes) or
+  // replaced as invalid UTF-8 (3), it stays within kMaxHealthDetail.
+  r.detail = log_excerpt(detail, rendezvous::kMaxHealthDetail / 5);
+  r.retry_in_ms = std::clamp<long long>(retry_in.count(), 0, rendezvous::kMaxTimeoutMs);
+  health_.report(std::move(r));
 }
 
 void RendezvousMember::start() {
@@ -456,6 +476,7 @@ void RendezvousMember::step_out(const std::string& why) {
 void RendezvousMember::leave() {
   if (left_) return;
   left_ = true;
+  health_.close();
   heartbeat_timer_.cancel();
   lease_timer_.cancel();
   retry_timer_.cancel();

@@ -53,6 +53,7 @@
 #include <string>
 
 #include "agent_core.hpp"
+#include "health_reporter.hpp"
 #include "launch_config.hpp"
 #include "muster/common/status.hpp"
 #include "muster/rendezvous/auth.hpp"
@@ -134,6 +135,10 @@ class RendezvousMember {
   // A worker of this node was taken for hung: the rendezvous has the other
   // nodes take their stacks (only when its assignment said it can).
   void report_hung(int global_rank);
+  // This node's health check failed (`failures` so far; `detail`: how, and
+  // the end of its output; it tries again in `retry_in`, 0: at once): the
+  // rendezvous hears it on a connection of its own, for musterctl job.
+  void report_health(uint64_t failures, const std::string& detail, std::chrono::milliseconds retry_in);
   // After an exclusion (a fence with a cooldown): how long to wait before
   // joining again, once; nullopt otherwise.
   std::optional<std::chrono::milliseconds> take_exclusion_wait() { return std::exchange(exclusion_wait_, std::nullopt); }
@@ -183,6 +188,7 @@ class RendezvousMember {
   const AgentCore& core_;
   Events events_;
   std::shared_ptr<rendezvous::RendezvousClient> rdzv_;
+  HealthReporter health_;
   Lease lease_;
   bool left_ = false;
   int round_ = -1;

@@ -91,6 +91,16 @@ void HealthCheck::run_once(const std::string& consequence, std::function<void(bo
     log::error("health check failed (" + how + ") " + consequence +
                (output.empty() ? std::string(" (it wrote nothing)")
                                : std::string("; its output") + (o.output_cut ? " (the end)" : "") + ":\n" + output));
+    if (on_failed_) {
+      // The last lines say most: what the check found wrong.
+      constexpr std::size_t kShown = 160;
+      std::string tail = output.size() > kShown ? output.substr(output.size() - kShown) : output;
+      const bool periodic = reason_ == "periodic";
+      on_failed_({failures_, how + (tail.empty() ? std::string() : ": " + tail),
+                  periodic ? std::chrono::milliseconds(0)
+                           : std::chrono::duration_cast<std::chrono::milliseconds>(cooldown_)});
+      if (alive.expired() || generation != generation_) return;
+    }
     on_result(false);
   });
 }

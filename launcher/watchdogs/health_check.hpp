@@ -45,6 +45,15 @@ class HealthCheck {
   // job. Ignored while a run is under way.
   void check_now(std::function<void(bool passed)> done);
   void cancel();
+  // Told of every failed run, after it is logged: the failures so far, how
+  // it failed with the end of its output, and when the next run is (0: the
+  // agent decides, as after a periodic check).
+  struct Failed {
+    uint64_t failures = 0;
+    std::string detail;
+    std::chrono::milliseconds retry_in{0};
+  };
+  void on_failed(std::function<void(const Failed&)> listener) { on_failed_ = std::move(listener); }
 
   // For the metrics: whether the last run passed (true before any), failed runs.
   bool healthy() const { return healthy_; }
@@ -63,6 +72,7 @@ class HealthCheck {
   boost::asio::steady_timer cooldown_timer_;
   std::shared_ptr<ChildRun> run_;
   std::function<void()> then_;
+  std::function<void(const Failed&)> on_failed_;
   std::string reason_;
   std::chrono::seconds cooldown_ = kHealthCooldownFirst;
   bool healthy_ = true;

@@ -42,7 +42,8 @@ inline void define(CLI::App& app, Options& o) {
   jobs->callback([&o] { o.command = "jobs"; });
   auto* job = app.add_subcommand(
       "job", "one job: its members (group rank, node identity, address, local world size, role, state, last "
-             "heartbeat) and its last failure");
+             "heartbeat), its last failure, its excluded nodes, and the nodes that stay out of it because their "
+             "health check fails (with how it failed and when it runs again)");
   job->add_option("ID", o.job, "the job's --rdzv-id")->required();
   job->callback([&o] { o.command = "job"; });
   auto* stacks = app.add_subcommand(

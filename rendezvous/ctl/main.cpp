@@ -75,7 +75,12 @@ void print_jobs(const std::vector<JobSummary>& jobs) {
 }
 
 void print_job(const JobReply& r) {
-  std::cout << summary_line(r.job) << "\n";
+  if (r.job.state == kNotJoinedState) {
+    std::cout << "job '" << safe(r.job.id) << "': no node has joined it; " << r.unhealthy.size()
+              << " node(s) stay out, failing their health check\n";
+  } else {
+    std::cout << summary_line(r.job) << "\n";
+  }
   if (!r.members.empty()) {
     std::vector<std::vector<std::string>> rows{
         {"GROUP_RANK", "NODE", "ADDRESS", "WORKERS", "ROLE", "STATE", "LAST_HEARD"}};
@@ -90,7 +95,9 @@ void print_job(const JobReply& r) {
     }
     print_table(rows);
   }
-  if (r.last_failure) {
+  if (r.job.state == kNotJoinedState) {
+    // Nothing else to say of a job nobody joined.
+  } else if (r.last_failure) {
     const auto& f = *r.last_failure;
     std::string message = f.message.substr(0, f.message.find('\n'));
     std::cout << "last failure: rank " << f.global_rank << " (local rank " << f.local_rank << ", pid " << f.pid
@@ -105,6 +112,13 @@ void print_job(const JobReply& r) {
               << (e.count == 1 ? " time" : " times") << ", "
               << (e.left_ms > 0 ? "for another " + human(e.left_ms) : std::string("cooldown over")) << ": "
               << safe(log_excerpt(e.why, 300)) << "\n";
+  }
+  for (const auto& u : r.unhealthy) {
+    std::cout << "health check failing: node " << safe(u.node) << " (" << safe(u.address) << "), " << u.failures
+              << (u.failures == 1 ? " time" : " times") << ", last " << human(u.reported_ms_ago) << " ago";
+    long long next = u.retry_in_ms - u.reported_ms_ago;
+    if (u.retry_in_ms > 0) std::cout << (next > 0 ? ", tries again in " + human(next) : std::string(", trying again"));
+    std::cout << ": " << safe(log_excerpt(u.detail, 300)) << "\n";
   }
 }
 

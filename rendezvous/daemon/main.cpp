@@ -98,6 +98,12 @@ std::string render_metrics(muster::rendezvous::ServerStats st) {
   t.sample(static_cast<double>(st.behind));
   t.family("musterd_behind_seconds_total", "counter", "How late those timers ran, in all.");
   t.sample(st.behind_seconds);
+  t.family("musterd_health_reports_total", "counter",
+           "Reports of a failing health check from agents that stay out of their job until it passes.");
+  t.sample(static_cast<double>(st.health_reports));
+  t.family("musterd_unhealthy_nodes", "gauge",
+           "Nodes whose latest report is a failing health check, and which have not joined since.");
+  t.sample(static_cast<double>(st.unhealthy));
   t.family("musterd_rejected_total", "counter", "Connections and joins refused, by reason.");
   for (const auto& [reason, n] : st.rejected) t.sample({{"reason", reason}}, static_cast<double>(n));
   t.family("musterd_build_info", "gauge", "The running musterd's version.");

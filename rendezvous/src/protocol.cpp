@@ -565,6 +565,19 @@ json to_json(const JobReply& r) {
     }
     out["exclusions"] = std::move(list);
   }
+  if (!r.unhealthy.empty()) {
+    json list = json::array();
+    for (const auto& u : r.unhealthy) {
+      list.push_back({{"node", u.node},
+                      {"address", u.address},
+                      {"role", u.role},
+                      {"failures", u.failures},
+                      {"detail", u.detail},
+                      {"reported_ms_ago", u.reported_ms_ago},
+                      {"retry_in_ms", u.retry_in_ms}});
+    }
+    out["unhealthy"] = std::move(list);
+  }
   return out;
 }
 
@@ -661,6 +674,25 @@ Result<JobReply> job_reply_from_json(const json& j) {
       g.integer("left_ms", 0, kMaxTimeoutMs, x.left_ms);
       if (!g.ok()) return g.status();
       r.exclusions.push_back(std::move(x));
+    }
+  }
+  if (auto un = j.find("unhealthy"); un != j.end()) {
+    if (!un->is_array()) return invalid_argument("job: \"unhealthy\" must be an array");
+    if (un->size() > kMaxUnhealthyPerJob) {
+      return invalid_argument("job: more than " + std::to_string(kMaxUnhealthyPerJob) + " unhealthy nodes");
+    }
+    for (const auto& e : *un) {
+      UnhealthySummary u;
+      Fields g(e, "unhealthy node");
+      g.string("node", kMaxNameLength, u.node);
+      g.string("address", kMaxNameLength, u.address);
+      g.string("role", kMaxNameLength, u.role);
+      g.integer("failures", 1, kMaxInt, u.failures);
+      g.string("detail", kMaxHealthDetail, u.detail);
+      g.integer("reported_ms_ago", 0, kMaxAgeMs, u.reported_ms_ago);
+      g.integer("retry_in_ms", 0, kMaxTimeoutMs, u.retry_in_ms);
+      if (!g.ok()) return g.status();
+      r.unhealthy.push_back(std::move(u));
     }
   }
   return r;
@@ -895,5 +927,28 @@ Result<StacksReply> stacks_reply_from_json(const json& j) {
   if (!f.ok()) return f.status();
   return r;
 }
+
+json to_json(const HealthReport& r) {
+  return {{"type", "health"},       {"v", kProtocolVersion}, {"job", r.job},
+          {"node", r.node},         {"address", r.address},  {"role", r.role},
+          {"failures", r.failures}, {"detail", r.detail},    {"retry_in_ms", r.retry_in_ms}};
+}
+
+Result<HealthReport> health_report_from_json(const json& j) {
+  HealthReport r;
+  Fields f(j, "health");
+  f.string("job", kMaxNameLength, r.job);
+  f.string("node", kMaxNameLength, r.node);
+  f.string("address", kMaxNameLength, r.address);
+  f.string("role", kMaxNameLength, r.role);
+  f.integer("failures", 1, kMaxInt, r.failures);
+  f.string("detail", kMaxHealthDetail, r.detail);
+  f.integer("retry_in_ms", 0, kMaxTimeoutMs, r.retry_in_ms);
+  if (!f.ok()) return f.status();
+  if (r.node.empty()) return invalid_argument("health: \"node\" must not be empty");
+  return r;
+}
+
+json health_noted_message() { return {{"type", "health_noted"}, {"v", kProtocolVersion}}; }
 
 }  // namespace muster::rendezvous

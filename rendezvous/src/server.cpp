@@ -236,6 +236,7 @@ void RendezvousServer::handle(Session& s, const std::string& payload) {
     if (type == "jobs") return answer_jobs(s, msg);
     if (type == "job") return answer_job(s, msg);
     if (type == "stacks") return answer_stacks(s, msg);
+    if (type == "health" && s.job == nullptr && !s.joined_) return note_health(s, msg);
     if (s.job == nullptr) {
       return s.fail(Code::invalid_argument,
                     "'" + log_excerpt(type, 64) + "' before 'join': a connection starts with a join");
@@ -381,20 +382,50 @@ void RendezvousServer::answer_stacks(Session& s, const json& msg) {
   s.send(to_json(reply));
 }
 
+void RendezvousServer::note_health(Session& s, const json& msg) {
+  auto r = health_report_from_json(msg);
+  if (!r.ok()) return s.fail(Code::invalid_argument, r.status().message());
+  ++health_reports_;
+  health_.report(r.value(), Clock::now());
+  log::warning("rendezvous: job '" + log_excerpt(r->job, 64) + "': node " + log_excerpt(r->node, 128) + " (" +
+               log_excerpt(r->address, 128) + ") stays out: its health check failed (" + std::to_string(r->failures) +
+               (r->failures == 1 ? " time" : " times") + "): " + log_excerpt(r->detail, 300) +
+               (r->retry_in_ms > 0 ? "; it tries again in " + seconds_text(Duration(r->retry_in_ms)) : std::string()));
+  s.send(health_noted_message());
+  s.close_after_write_ = true;
+  if (!s.out_.writing()) s.close();
+}
+
 void RendezvousServer::answer_job(Session& s, const json& msg) {
   auto q = job_query_from_json(msg);
   if (!q.ok()) return s.fail(Code::invalid_argument, q.status().message());
   auto now = Clock::now();
   expire_tombstones(now);
+  // Nodes whose check fails, on the first page: they are no members.
+  auto add_unhealthy = [&](JobReply& reply) {
+    if (q->from != 0) return;
+    for (const auto& e : health_.of(q->job, now)) {
+      reply.unhealthy.push_back({e.report.node, e.report.address, e.report.role, e.report.failures, e.report.detail,
+                                 ms_between(e.reported, now), e.report.retry_in_ms});
+    }
+  };
   auto it = jobs_.find(q->job);
   if (it == jobs_.end()) {
-    auto t = tombstones_.find(q->job);
-    if (t == tombstones_.end()) return not_found(s, "no job '" + log_excerpt(q->job, 64) + "' here");
     JobReply reply;
+    auto t = tombstones_.find(q->job);
+    if (t == tombstones_.end()) {
+      add_unhealthy(reply);
+      if (reply.unhealthy.empty()) return not_found(s, "no job '" + log_excerpt(q->job, 64) + "' here");
+      // No node has joined: the ones that would have stay out, failing their check.
+      reply.job.id = q->job;
+      reply.job.state = kNotJoinedState;
+      return s.send(to_json(reply));
+    }
     reply.job = summarize(t->first, t->second, now);
     reply.last_failure = t->second.failure;
     reply.last_failure_node = t->second.failure_node;
     reply.last_failure_ms_ago = ms_between(t->second.failure_at, now);
+    add_unhealthy(reply);
     return s.send(to_json(reply));
   }
   const Job& job = *it->second;
@@ -444,6 +475,7 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
       reply.exclusions.push_back({e.address, e.node_name, e.why, e.count, e.left.count()});
     }
   }
+  add_unhealthy(reply);
   s.send(to_json(reply));
 }
 
@@ -461,6 +493,8 @@ void RendezvousServer::handle_join(Session& s, const json& msg) {
   auto join = join_from_json(msg);
   if (!join.ok()) return s.fail(Code::invalid_argument, join.status().message());
   const auto& m = join.value();
+  // A node that joins has passed its check (or has none): off the board.
+  health_.joined(m.job, m.request.node_name);
   if (s.job != nullptr && s.job->id != m.job) {
     return s.fail(Code::invalid_argument, "this connection already belongs to job '" + log_excerpt(s.job->id, 64) +
                                               "'; one connection serves one job");
@@ -595,6 +629,8 @@ ServerStats RendezvousServer::stats() const {
   for (Rejection r : kRejections) st.rejected[rejection_name(r)] = rejected_[static_cast<std::size_t>(r)];
   st.behind = behind_;
   st.behind_seconds = behind_seconds_;
+  st.health_reports = health_reports_;
+  st.unhealthy = health_.live(Clock::now());
   return st;
 }
 

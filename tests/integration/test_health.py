@@ -4,12 +4,23 @@ cooldown; a check that hangs is killed at --health-check-timeout; nothing of a c
 a SIGKILLed agent. New flags leave torchrun's abbreviations their meaning."""
 import json
 import os
+import re
 import signal
+import subprocess
+from pathlib import Path
 
 from muster_testing import (DATA, FAST_RDZV_CONF, SLACK, finish, read_stderr_until, run_muster, start_muster,
                             start_musterd, stop_musterd, wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
+MUSTERCTL = os.environ.get("MUSTERCTL_BIN") or str(Path(os.environ["MUSTERD_BIN"]).with_name("musterctl"))
+
+
+def musterctl_job(endpoint, job, *extra):
+    r = subprocess.run([MUSTERCTL, "--endpoint", endpoint, "job", job, *extra], capture_output=True, text=True,
+                       timeout=60 * SLACK)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
 
 
 def agent(endpoint, node, out, *extra, worker_args=()):
@@ -30,6 +41,13 @@ def test_a_node_whose_check_fails_stays_out_until_it_passes(tmp_path):
         # b's check fails: the job runs on a alone.
         assert wait_for(lambda: (tmp_path / "n1_a0_r0.json").exists(), 60 * SLACK), "the one-node job never ran"
         assert wait_for(lambda: (tmp_path / "facts").exists(), 30 * SLACK)
+        # The rendezvous shows b, which is no member, as failing its check.
+        failing = r"health check failing: node 127\.0\.0\.2_\w+ \(127\.0\.0\.2\), 1 time, last \S+ ago, tries again " \
+                  r"in \S+: exit 1: probing the GPUs"
+        seen = []
+        assert wait_for(lambda: seen.append(musterctl_job(endpoint, "health")) or re.search(failing, seen[-1]),
+                        30 * SLACK), seen[-1:]
+        assert "127.0.0.1" in seen[-1] and "in round" in seen[-1]  # a runs the job meanwhile
         ok.touch()  # b passes its next try, joins, and the job re-forms on two nodes
         results = finish([a, b], timeout=120)
         for rc, _, err in results:
@@ -46,6 +64,37 @@ def test_a_node_whose_check_fails_stays_out_until_it_passes(tmp_path):
         assert facts["MUSTER_RDZV_ID"] == "health" and facts["MUSTER_LOCAL_WORLD_SIZE"] == "1"
         # a ran its check before its first join and again before rejoining the re-formed job.
         assert reasons_a.read_text().split() == ["first_join", "rejoin"], reasons_a.read_text()
+        # b joined once its check passed: no longer shown as failing.
+        after = musterctl_job(endpoint, "health")
+        assert "succeeded" in after and "health check failing" not in after, after
+    finally:
+        stop_musterd(musterd)
+
+
+def test_a_job_that_no_node_joined_shows_the_nodes_whose_check_fails(tmp_path):
+    musterd, port = start_musterd()
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        a = agent(endpoint, 1, tmp_path, "--health-check=echo 'GPU 3: 12 uncorrectable ECC errors' >&2; exit 3")
+        def reply():
+            # Until a's first report arrives the rendezvous knows no job 'health'.
+            r = subprocess.run([MUSTERCTL, "--endpoint", endpoint, "job", "health", "--json"], capture_output=True,
+                               text=True, timeout=60 * SLACK)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+        seen = []
+        assert wait_for(lambda: seen.append(reply()) or seen[-1], 30 * SLACK), "no report reached the rendezvous"
+        reply = seen[-1]
+        assert reply["job"]["state"] == "not_joined" and reply["members"] == [], reply
+        [node] = reply["unhealthy"]
+        assert node["address"] == "127.0.0.1" and node["node"].startswith("127.0.0.1_"), node
+        assert node["failures"] >= 1 and node["retry_in_ms"] >= 5000, node
+        assert node["detail"] == "exit 3: GPU 3: 12 uncorrectable ECC errors", node
+        text = musterctl_job(endpoint, "health")
+        assert text.startswith("job 'health': no node has joined it; 1 node(s) stay out, failing their health "
+                               "check\n"), text
+        a.send_signal(signal.SIGTERM)
+        rc, _, err = finish([a], timeout=60)[0]
+        assert rc != 0
     finally:
         stop_musterd(musterd)
 
@@ -64,6 +113,11 @@ def test_a_check_that_fails_mid_job_takes_the_node_out_uncounted_until_it_passes
         first_b = json.loads((tmp_path / "n2_a0_r1.json").read_text())["WORKER_PID"]
         sick.touch()  # b's next periodic check fails: it leaves, the job goes on with a alone
         assert wait_for(lambda: list(tmp_path.glob("n1_a*_r0.json")), 60 * SLACK), "the job did not re-form on one"
+        # Out of the job, b is shown failing its check (the periodic run, then the one before its rejoin).
+        seen = []
+        assert wait_for(lambda: seen.append(musterctl_job(endpoint, "health")) or
+                        re.search(r"health check failing: node 127\.0\.0\.2_\w+ \(127\.0\.0\.2\), \d+ times?, .*: exit 1: "
+                                  r"checked", seen[-1]), 30 * SLACK), seen[-1:]
         sick.unlink()  # b passes its next try and joins again
         # Back on two nodes: b's rank 1 runs again (a new worker), and no
         # restart was counted (TORCHELASTIC_RESTART_COUNT stays 0).

@@ -323,3 +323,56 @@ TEST_CASE("what a peer can do is said in the join and the assignment, and the st
   REQUIRE(reply.ok());
   CHECK((reply->state == "running" && reply->asked == 3 && reply->unable == 1));
 }
+
+TEST_CASE("a failing health check's report and its place in a job reply are checked", "[frames][health]") {
+  HealthReport h;
+  h.job = "j";
+  h.node = "10.0.0.2_abc";
+  h.address = "10.0.0.2";
+  h.failures = 3;
+  h.detail = "exit 3: GPU 3: ECC";
+  h.retry_in_ms = 20000;
+  auto back = health_report_from_json(to_json(h));
+  REQUIRE(back.ok());
+  CHECK(back->node == h.node);
+  CHECK(back->role == "default");
+  CHECK(back->failures == 3);
+  CHECK(back->detail == h.detail);
+  CHECK(back->retry_in_ms == 20000);
+  auto bad = [&](const char* field, nlohmann::json value) {
+    auto j = to_json(h);
+    if (value.is_null()) j.erase(field);
+    else j[field] = value;
+    auto r = health_report_from_json(j);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find(field) != std::string::npos);
+  };
+  bad("node", "");
+  bad("node", nullptr);
+  bad("failures", 0);
+  bad("failures", 1.5);
+  bad("retry_in_ms", -1);
+  bad("detail", std::string(kMaxHealthDetail + 1, 'x'));
+  bad("job", 7);
+  CHECK(health_noted_message()["type"] == "health_noted");
+
+  // A job reply without failing nodes says nothing of them; with some, each is checked.
+  JobReply r;
+  r.job.id = "j";
+  CHECK_FALSE(to_json(r).contains("unhealthy"));
+  r.unhealthy.push_back({"n2", "10.0.0.2", "default", 2, "exit 1: no GPU", 1500, 5000});
+  auto reply = job_reply_from_json(to_json(r));
+  REQUIRE(reply.ok());
+  REQUIRE(reply->unhealthy.size() == 1);
+  CHECK(reply->unhealthy[0].failures == 2);
+  CHECK(reply->unhealthy[0].detail == "exit 1: no GPU");
+  CHECK(reply->unhealthy[0].reported_ms_ago == 1500);
+  CHECK(reply->unhealthy[0].retry_in_ms == 5000);
+  auto wrong = to_json(r);
+  wrong["unhealthy"][0]["failures"] = 0;
+  CHECK_FALSE(job_reply_from_json(wrong).ok());
+  wrong = to_json(r);
+  wrong["unhealthy"] = nlohmann::json::array();
+  for (std::size_t i = 0; i <= kMaxUnhealthyPerJob; ++i) wrong["unhealthy"].push_back(to_json(r)["unhealthy"][0]);
+  CHECK_FALSE(job_reply_from_json(wrong).ok());
+}

@@ -180,6 +180,19 @@ struct ExclusionSummary {
   int count = 0;
   long long left_ms = 0;  // of its cooldown (0: over)
 };
+// A node whose health check fails (it reported so with `health`).
+struct UnhealthySummary {
+  std::string node;
+  std::string address;
+  std::string role;
+  int failures = 0;
+  std::string detail;         // how the check failed, and the end of its output
+  long long reported_ms_ago = 0;
+  long long retry_in_ms = 0;  // when the node said it would try again (0: at once)
+};
+// A job's state in a `job` reply when no node has joined it but some report
+// a failing health check.
+constexpr const char* kNotJoinedState = "not_joined";
 struct JobReply {
   JobSummary job;
   int total_members = 0;
@@ -189,7 +202,26 @@ struct JobReply {
   std::string last_failure_node;
   long long last_failure_ms_ago = 0;
   std::vector<ExclusionSummary> exclusions;
+  std::vector<UnhealthySummary> unhealthy;
 };
+// "health": an agent whose health check failed says so, on a connection of
+// its own that never joins (as a query), so `musterctl job` shows nodes that
+// stay out of the job. The server answers `health_noted`; an older one,
+// `error` (a message other than join before the join).
+constexpr std::size_t kMaxHealthDetail = 1024;  // bytes of `detail`
+constexpr std::size_t kMaxUnhealthyPerJob = 256;  // failing nodes a server keeps (and a job reply lists) per job
+struct HealthReport {
+  std::string job;
+  std::string node;     // the agent's identity, as in its joins
+  std::string address;
+  std::string role = "default";
+  int failures = 1;     // the node's failed checks so far
+  std::string detail;   // how it failed, and the end of its output (at most kMaxHealthDetail)
+  long long retry_in_ms = 0;  // when it tries again (0: at once, or not on its own)
+};
+nlohmann::json to_json(const HealthReport& r);
+Result<HealthReport> health_report_from_json(const nlohmann::json& j);
+nlohmann::json health_noted_message();
 // "stacks": every agent of the job's running round that can takes its
 // workers' Python stacks into its log; the reply says how many were asked.
 struct StacksQuery {

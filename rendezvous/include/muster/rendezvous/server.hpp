@@ -26,6 +26,7 @@
 #include "muster/net/session_server.hpp"
 #include "muster/rendezvous/auth.hpp"
 #include "muster/rendezvous/core.hpp"
+#include "muster/rendezvous/health_board.hpp"
 #include "muster/rendezvous/protocol.hpp"
 
 namespace muster::rendezvous {
@@ -68,6 +69,8 @@ struct ServerStats {
   std::map<std::string, uint64_t> rejected;  // connections and joins refused, by reason (every one, 0 or more)
   uint64_t behind = 0;         // times a job's timer fired kLagTolerance or more late
   double behind_seconds = 0;   // and by how much, in all
+  uint64_t health_reports = 0;  // `health` reports of failing checks received
+  std::size_t unhealthy = 0;    // nodes whose failing check is on the board now
 };
 
 // A job's timer that fires this late means the event loop could not run (nor
@@ -150,6 +153,8 @@ class RendezvousServer {
   // musterctl stacks: orders to the job's agents that can take their stacks.
   void answer_stacks(Session& s, const nlohmann::json& msg);
   void not_found(Session& s, const std::string& text);
+  // A node's failing health check (`health`): noted for musterctl job.
+  void note_health(Session& s, const nlohmann::json& msg);
   void handle_join(Session& s, const nlohmann::json& msg);
   void deliver(Job& job, const std::vector<Output>& outputs);
   void rearm(Job& job, bool full = false);
@@ -176,6 +181,8 @@ class RendezvousServer {
   uint64_t behind_ = 0;
   double behind_seconds_ = 0;
   std::optional<TimePoint> behind_said_;
+  HealthBoard health_;
+  uint64_t health_reports_ = 0;
   // The sessions, which hold its alive flag: a session woken after close()
   // (its coroutine may outlive the server) sees it false and leaves the server alone.
   net::SessionServer<Session> sessions_;

@@ -1,0 +1,91 @@
+#include "health_reporter.hpp"
+
+#include <boost/asio/post.hpp>
+
+#include "muster/common/log.hpp"
+#include "muster/common/text.hpp"
+
+namespace muster::launcher {
+
+HealthReporter::HealthReporter(boost::asio::io_context& io, std::string host, int port,
+                               std::optional<rendezvous::auth::Key> key)
+    : io_(io), host_(std::move(host)), port_(port), key_(std::move(key)), deadline_(io) {}
+
+HealthReporter::~HealthReporter() {
+  *alive_ = false;
+  close();
+}
+
+void HealthReporter::close() {
+  closed_ = true;
+  waiting_.reset();
+  deadline_.cancel();
+  if (client_) client_->close();
+  client_.reset();
+}
+
+void HealthReporter::report(rendezvous::HealthReport r) {
+  if (closed_ || unsupported_) return;
+  if (client_) {
+    waiting_ = std::move(r);
+    return;
+  }
+  send(std::move(r));
+}
+
+void HealthReporter::send(rendezvous::HealthReport r) {
+  std::weak_ptr<bool> alive = alive_;
+  auto on_message = [this, alive](const nlohmann::json& m) {
+    if (alive.expired() || !client_) return;
+    const std::string& type = m["type"].get_ref<const std::string&>();
+    if (type == "error") {
+      // An older server: a message other than join before the join.
+      auto e = rendezvous::server_message_from_json(m);
+      std::string said = e.ok() && std::holds_alternative<rendezvous::ErrorMessage>(e.value())
+                             ? std::get<rendezvous::ErrorMessage>(e.value()).message
+                             : std::string("an error");
+      unsupported_ = true;
+      log::info("the rendezvous at " + client_->address() + " does not take health reports (" +
+                log_excerpt(said, 200) + "): musterctl job will not show this node's failing check");
+    }
+    done();
+  };
+  auto on_failed = [this, alive](const Status& st) {
+    if (alive.expired() || !client_) return;
+    log::info("could not tell the rendezvous that this node's health check failed: " + st.message());
+    done();
+  };
+  client_ = std::make_shared<rendezvous::RendezvousClient>(io_, host_, port_, on_message, on_failed, on_failed);
+  if (key_) client_->set_auth_key(*key_);
+  auto message = rendezvous::to_json(r);
+  std::weak_ptr<rendezvous::RendezvousClient> weak = client_;
+  client_->connect(std::chrono::duration_cast<rendezvous::Duration>(kHealthReportDeadline), [weak, message] {
+    if (auto c = weak.lock()) c->send(message);
+  });
+  deadline_.expires_after(kHealthReportDeadline);
+  deadline_.async_wait([this, alive](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || !client_) return;
+    log::info("the rendezvous did not answer this node's health report within " +
+              std::to_string(kHealthReportDeadline.count()) + " s; dropped");
+    done();
+  });
+}
+
+// Ends the exchange; the client goes on the next turn of the loop, not from
+// inside its own callback.
+void HealthReporter::done() {
+  deadline_.cancel();
+  auto finished = std::move(client_);
+  client_.reset();
+  if (finished) {
+    finished->close();
+    boost::asio::post(io_, [finished] {});
+  }
+  if (waiting_ && !unsupported_ && !closed_) {
+    auto next = std::move(*waiting_);
+    waiting_.reset();
+    send(std::move(next));
+  }
+}
+
+}  // namespace muster::launcher
