@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 
 from muster_testing import (DATA, FAST_RDZV_CONF, SLACK, finish, read_stderr_until, run_muster, start_muster,
@@ -71,9 +72,19 @@ def test_a_node_whose_check_fails_stays_out_until_it_passes(tmp_path):
         stop_musterd(musterd)
 
 
+def metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10 * SLACK) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
 def test_a_job_that_no_node_joined_shows_the_nodes_whose_check_fails(tmp_path):
-    musterd, port = start_musterd()
+    musterd, port = start_musterd("--metrics-listen", "127.0.0.1:0")
+    metrics = int(musterd.stdout.readline().rsplit(":", 1)[1])
     endpoint = f"127.0.0.1:{port}"
+    assert metric(metrics, "musterd_unhealthy_nodes") == 0
     try:
         a = agent(endpoint, 1, tmp_path, "--health-check=echo 'GPU 3: 12 uncorrectable ECC errors' >&2; exit 3")
         def reply():
@@ -92,6 +103,9 @@ def test_a_job_that_no_node_joined_shows_the_nodes_whose_check_fails(tmp_path):
         text = musterctl_job(endpoint, "health")
         assert text.startswith("job 'health': no node has joined it; 1 node(s) stay out, failing their health "
                                "check\n"), text
+        # The metrics page is rendered at most so often: it shows the report soon after.
+        assert wait_for(lambda: metric(metrics, "musterd_unhealthy_nodes") == 1, 30 * SLACK)
+        assert metric(metrics, "musterd_health_reports_total") >= 1
         a.send_signal(signal.SIGTERM)
         rc, _, err = finish([a], timeout=60)[0]
         assert rc != 0

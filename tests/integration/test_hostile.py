@@ -89,6 +89,41 @@ def test_a_bad_join_gets_an_error_and_musterd_serves_on(daemon, override, fragme
     assert forms_a_fresh_job(port)
 
 
+BAD_HEALTH = [
+    ({"node": ""}, "\"node\""),
+    ({"failures": 0}, "failures"),
+    ({"failures": 2 ** 40}, "failures"),
+    ({"retry_in_ms": -1}, "retry_in_ms"),
+    ({"detail": "x" * 5000}, "detail"),
+    ({"job": ["a"]}, "\"job\""),
+]
+
+
+@pytest.mark.parametrize("override,fragment", BAD_HEALTH, ids=[f[1] + str(i) for i, f in enumerate(BAD_HEALTH)])
+def test_a_bad_health_report_gets_an_error_and_is_not_shown(daemon, override, fragment):
+    proc, port = daemon
+    report = {"type": "health", "v": 1, "job": "sick", "node": "n1", "address": "n1.test", "role": "default",
+              "failures": 1, "detail": "exit 1", "retry_in_ms": 5000}
+    bad = RdzvConn(port)
+    bad.send({**report, **override})
+    err = bad.recv()
+    assert err is not None and err["type"] == "error" and fragment in err["message"], err
+    assert bad.recv() is None
+    # The same report, well formed, is noted; one from a joined connection is an error.
+    good = RdzvConn(port)
+    good.send(report)
+    assert good.recv()["type"] == "health_noted"
+    assert good.recv() is None  # the server closes it
+    joined = RdzvConn(port)
+    joined.join("sick", "n2")
+    assert joined.recv()["type"] == "assign"
+    joined.send(report)
+    err = joined.recv()
+    assert err is not None and err["type"] == "error" and "health" in err["message"], err
+    assert proc.poll() is None
+    assert forms_a_fresh_job(port)
+
+
 def test_rejected_joins_of_the_core_leave_musterd_up(daemon):
     """Each of these once made musterd dereference a job it had just cleared."""
     proc, port = daemon
