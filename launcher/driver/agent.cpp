@@ -141,7 +141,7 @@ void Agent::open_health_check() {
     health_ = std::make_unique<HealthCheck>(io_, cfg_.health_check, cfg_.health_check_timeout, std::move(env));
     // In a job through a rendezvous, musterctl job shows the node that stays out.
     health_->on_failed([this](const HealthCheck::Failed& f) {
-      if (member_ && !finished()) member_->report_health(f.failures, f.detail, f.retry_in);
+      if (member_ && !finished()) member_->report_health(f.failures, f.detail, f.retry_in, cfg_.health_check_timeout);
     });
   }
 }
@@ -420,15 +420,19 @@ void Agent::on_signal(int signo) {
 // The core puts Finish last in its list and answers nothing once finished,
 // so every action of a list is performed, and nothing after Finish.
 void Agent::apply(const std::vector<Action>& actions) {
-  for (auto it = actions.begin(); it != actions.end(); ++it) {
-    const Action& a = *it;
+  bool holding = false;  // this list's stop waits for the dump under way
+  for (const auto& a : actions) {
+    if (holding && std::holds_alternative<action::ArmShutdownTimer>(a)) {
+      held_stop_.push_back(a);  // the shutdown timeout runs from the held signal
+      continue;
+    }
     if (const auto* start = std::get_if<action::StartWorkers>(&a)) {
       start_workers(start->restart_count);
     } else if (const auto* failed = std::get_if<action::AnnounceRestart>(&a)) {
       log::warning("[" + cfg_.role + "] Worker group FAILED. " + std::to_string(failed->attempts_left) + "/" +
                    std::to_string(failed->max_restarts) + " attempts left; will restart worker group");
     } else if (const auto* sig = std::get_if<action::SignalWorkers>(&a)) {
-      if (hold_stop_for_stacks(it, actions.end())) return;
+      if ((holding = hold_stop_for_stacks(a))) continue;
       last_stop_signal_ = sig->signo;
       for (int lr : supervisor_.running()) {
         log::warning("Sending process " + std::to_string(supervisor_.worker_pid(lr)) + " closing signal " +
@@ -481,15 +485,17 @@ void Agent::apply(const std::vector<Action>& actions) {
 
 // The workers' stacks being taken (a rank of this or another node was taken
 // for hung, or musterctl stacks) are what the stop would destroy: a stop that
-// an order or a failure brings waits for the dump (at most kStackDumpLimit),
-// then goes on as it would have. A signal to the agent does not wait.
-bool Agent::hold_stop_for_stacks(std::vector<Action>::const_iterator from, std::vector<Action>::const_iterator end) {
+// an order or a failure brings (its signal and its shutdown timer) waits for
+// the dump (at most kStackDumpLimit), then goes on as it would have; the
+// rest of its actions (reports, the restart's announcement) go at once. A
+// signal to the agent does not wait.
+bool Agent::hold_stop_for_stacks(const Action& signal) {
   if (!stacks_ || !stacks_->running() || core_.received_signal()) return false;
   if (held_stop_.empty()) {
     log::warning("[" + cfg_.role + "] stopping the workers once their Python stacks, being taken now, are written (at most " +
                  std::to_string(kStackDumpLimit.count()) + " s)");
   }
-  held_stop_.insert(held_stop_.end(), from, end);
+  held_stop_.push_back(signal);
   held_stop_attempt_ = core_.groups_started();
   return true;
 }

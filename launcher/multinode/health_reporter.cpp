@@ -35,23 +35,31 @@ void HealthReporter::report(rendezvous::HealthReport r) {
 
 void HealthReporter::send(rendezvous::HealthReport r) {
   std::weak_ptr<bool> alive = alive_;
-  auto on_message = [this, alive](const nlohmann::json& m) {
-    if (alive.expired() || !client_) return;
+  const uint64_t exchange = ++exchange_;
+  auto current = [this, alive, exchange] { return !alive.expired() && client_ && exchange == exchange_; };
+  auto on_message = [this, current](const nlohmann::json& m) {
+    if (!current()) return;
     const std::string& type = m["type"].get_ref<const std::string&>();
     if (type == "error") {
-      // An older server: a message other than join before the join.
       auto e = rendezvous::server_message_from_json(m);
       std::string said = e.ok() && std::holds_alternative<rendezvous::ErrorMessage>(e.value())
                              ? std::get<rendezvous::ErrorMessage>(e.value()).message
                              : std::string("an error");
-      unsupported_ = true;
-      log::info("the rendezvous at " + client_->address() + " does not take health reports (" +
-                log_excerpt(said, 200) + "): musterctl job will not show this node's failing check");
+      // An older server refuses a message other than join before the join;
+      // anything else costs this report only.
+      if (said.find("before 'join'") != std::string::npos || said.find("unknown message type") != std::string::npos) {
+        unsupported_ = true;
+        log::info("the rendezvous at " + client_->address() + " does not take health reports (an older release: " +
+                  log_excerpt(said, 200) + "): musterctl job will not show this node's failing check");
+      } else {
+        log::warning("the rendezvous at " + client_->address() + " refused this node's health report: " +
+                     log_excerpt(said, 300));
+      }
     }
     done();
   };
-  auto on_failed = [this, alive](const Status& st) {
-    if (alive.expired() || !client_) return;
+  auto on_failed = [this, current](const Status& st) {
+    if (!current()) return;
     log::info("could not tell the rendezvous that this node's health check failed: " + st.message());
     done();
   };
@@ -63,8 +71,8 @@ void HealthReporter::send(rendezvous::HealthReport r) {
     if (auto c = weak.lock()) c->send(message);
   });
   deadline_.expires_after(kHealthReportDeadline);
-  deadline_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || !client_) return;
+  deadline_.async_wait([this, current](const boost::system::error_code& ec) {
+    if (ec || !current()) return;
     log::info("the rendezvous did not answer this node's health report within " +
               std::to_string(kHealthReportDeadline.count()) + " s; dropped");
     done();

@@ -5,9 +5,10 @@
 // may not exist yet, and must not carry a message an older server refuses):
 // connect, authenticate, send, read `health_noted`, close; the whole exchange
 // bounded by kHealthReportDeadline. One exchange at a time; a report made
-// meanwhile replaces the one waiting. A server that answers with `error` (an
-// older release) is told nothing more; that is said once. A report that
-// cannot be delivered is dropped: the node's log and metrics still have it.
+// meanwhile replaces the one waiting. A server that refuses the message as
+// one before a join or of an unknown type (an older release) is told nothing
+// more; that is said once. Any other error, or a report that cannot be
+// delivered, drops that report: the node's log and metrics still have it.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -46,6 +47,7 @@ class HealthReporter {
   std::shared_ptr<rendezvous::RendezvousClient> client_;  // the exchange under way
   std::optional<rendezvous::HealthReport> waiting_;
   boost::asio::steady_timer deadline_;
+  uint64_t exchange_ = 0;  // of the exchange under way: a late callback of an earlier one is ignored
   bool unsupported_ = false;
   bool closed_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -100,7 +100,8 @@ RendezvousMember::~RendezvousMember() {
   rdzv_->close();
 }
 
-void RendezvousMember::report_health(uint64_t failures, const std::string& detail, std::chrono::milliseconds retry_in) {
+void RendezvousMember::report_health(uint64_t failures, const std::string& detail, std::chrono::milliseconds retry_in,
+                                     std::chrono::milliseconds check_timeout) {
   if (left_) return;
   rendezvous::HealthReport r;
   r.job = id_.job;
@@ -113,6 +114,7 @@ void RendezvousMember::report_health(uint64_t failures, const std::string& detai
   // replaced as invalid UTF-8 (3), it stays within kMaxHealthDetail.
   r.detail = log_excerpt(detail, rendezvous::kMaxHealthDetail / 5);
   r.retry_in_ms = std::clamp<long long>(retry_in.count(), 0, rendezvous::kMaxTimeoutMs);
+  r.check_timeout_ms = std::clamp<long long>(check_timeout.count(), 0, rendezvous::kMaxTimeoutMs);
   health_.report(std::move(r));
 }
 

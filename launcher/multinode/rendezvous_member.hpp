@@ -136,9 +136,11 @@ class RendezvousMember {
   // nodes take their stacks (only when its assignment said it can).
   void report_hung(int global_rank);
   // This node's health check failed (`failures` so far; `detail`: how, and
-  // the end of its output; it tries again in `retry_in`, 0: at once): the
+  // the end of its output; it tries again in `retry_in`, 0: at once, and
+  // that run may take `check_timeout`): the
   // rendezvous hears it on a connection of its own, for musterctl job.
-  void report_health(uint64_t failures, const std::string& detail, std::chrono::milliseconds retry_in);
+  void report_health(uint64_t failures, const std::string& detail, std::chrono::milliseconds retry_in,
+                     std::chrono::milliseconds check_timeout);
   // After an exclusion (a fence with a cooldown): how long to wait before
   // joining again, once; nullopt otherwise.
   std::optional<std::chrono::milliseconds> take_exclusion_wait() { return std::exchange(exclusion_wait_, std::nullopt); }

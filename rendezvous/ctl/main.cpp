@@ -186,10 +186,18 @@ int main(int argc, char** argv) {
         if (opt.command == "job" && type == "job") {
           auto r = job_reply_from_json(m);
           if (!r.ok()) return finish(1, "a bad reply from " + client->address() + ": " + r.status().message());
+          // Later pages carry members only: the first page's lists stay.
           auto members = std::move(job.members);
+          auto exclusions = std::move(job.exclusions);
+          auto unhealthy = std::move(job.unhealthy);
+          const bool first = job.job.id.empty();
           job = std::move(r.value());
           members.insert(members.end(), job.members.begin(), job.members.end());
           job.members = std::move(members);
+          if (!first) {
+            job.exclusions = std::move(exclusions);
+            job.unhealthy = std::move(unhealthy);
+          }
           if (job.next_from) return client->send(to_json(JobQuery{opt.job, *job.next_from}));
           job.next_from.reset();
           return finish(0, "");

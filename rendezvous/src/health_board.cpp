@@ -6,7 +6,9 @@ namespace muster::rendezvous {
 
 void HealthBoard::report(const HealthReport& r, TimePoint now) {
   expire(now);
-  Entry e{r, now, saturating_add(saturating_add(now, Duration(r.retry_in_ms)), kHealthReportGrace)};
+  const Duration keep = Duration(r.retry_in_ms) + Duration(r.check_timeout_ms);  // each at most a year
+  Entry e{r, now, saturating_add(saturating_add(now, keep), kHealthReportGrace)};
+  next_expiry_ = std::min(next_expiry_, e.expires);
   auto job = jobs_.find(r.job);
   if (job != jobs_.end()) {
     if (auto known = job->second.find(r.node); known != job->second.end()) {
@@ -47,6 +49,8 @@ std::size_t HealthBoard::live(TimePoint now) const {
 }
 
 void HealthBoard::expire(TimePoint now) {
+  if (now < next_expiry_) return;  // nothing due: no scan
+  next_expiry_ = TimePoint::max();
   for (auto job = jobs_.begin(); job != jobs_.end();) {
     auto& nodes = job->second;
     for (auto e = nodes.begin(); e != nodes.end();) {
@@ -54,6 +58,7 @@ void HealthBoard::expire(TimePoint now) {
         e = nodes.erase(e);
         --entries_;
       } else {
+        next_expiry_ = std::min(next_expiry_, e->second.expires);
         ++e;
       }
     }

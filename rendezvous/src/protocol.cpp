@@ -567,15 +567,7 @@ json to_json(const JobReply& r) {
   }
   if (!r.unhealthy.empty()) {
     json list = json::array();
-    for (const auto& u : r.unhealthy) {
-      list.push_back({{"node", u.node},
-                      {"address", u.address},
-                      {"role", u.role},
-                      {"failures", u.failures},
-                      {"detail", u.detail},
-                      {"reported_ms_ago", u.reported_ms_ago},
-                      {"retry_in_ms", u.retry_in_ms}});
-    }
+    for (const auto& u : r.unhealthy) list.push_back(to_json(u));
     out["unhealthy"] = std::move(list);
   }
   return out;
@@ -928,10 +920,18 @@ Result<StacksReply> stacks_reply_from_json(const json& j) {
   return r;
 }
 
+json to_json(const UnhealthySummary& u) {
+  return {{"node", u.node},         {"address", u.address}, {"role", u.role},
+          {"failures", u.failures}, {"detail", u.detail},   {"reported_ms_ago", u.reported_ms_ago},
+          {"retry_in_ms", u.retry_in_ms}};
+}
+
 json to_json(const HealthReport& r) {
-  return {{"type", "health"},       {"v", kProtocolVersion}, {"job", r.job},
-          {"node", r.node},         {"address", r.address},  {"role", r.role},
-          {"failures", r.failures}, {"detail", r.detail},    {"retry_in_ms", r.retry_in_ms}};
+  json j = {{"type", "health"},       {"v", kProtocolVersion}, {"job", r.job},
+            {"node", r.node},         {"address", r.address},  {"role", r.role},
+            {"failures", r.failures}, {"detail", r.detail},    {"retry_in_ms", r.retry_in_ms}};
+  if (r.check_timeout_ms > 0) j["check_timeout_ms"] = r.check_timeout_ms;
+  return j;
 }
 
 Result<HealthReport> health_report_from_json(const json& j) {
@@ -944,6 +944,7 @@ Result<HealthReport> health_report_from_json(const json& j) {
   f.integer("failures", 1, kMaxInt, r.failures);
   f.string("detail", kMaxHealthDetail, r.detail);
   f.integer("retry_in_ms", 0, kMaxTimeoutMs, r.retry_in_ms);
+  f.integer("check_timeout_ms", 0, kMaxTimeoutMs, r.check_timeout_ms, false);
   if (!f.ok()) return f.status();
   if (r.node.empty()) return invalid_argument("health: \"node\" must not be empty");
   return r;

@@ -289,6 +289,9 @@ long long ms_between(TimePoint from, TimePoint to) {
 constexpr std::size_t kQueryFailureMessage = 4096;
 // Exclusions a `job` reply lists (on its first page, by address).
 constexpr std::size_t kQueryExclusions = 64;
+// The most of a `job` reply's first page that failing nodes take (beside
+// the members' kQueryReplyBytes, well within kMaxFrame).
+constexpr std::size_t kQueryUnhealthyBytes = kQueryReplyBytes / 4;
 // The most members one job page can hold: a member takes well over 64 bytes of
 // JSON, so a page of kQueryReplyBytes never needs more.
 constexpr std::size_t kQueryMembersPerPage = kQueryReplyBytes / 64;
@@ -401,12 +404,17 @@ void RendezvousServer::answer_job(Session& s, const json& msg) {
   if (!q.ok()) return s.fail(Code::invalid_argument, q.status().message());
   auto now = Clock::now();
   expire_tombstones(now);
-  // Nodes whose check fails, on the first page: they are no members.
+  // Nodes whose check fails, on the first page (they are no members), as
+  // many as fit in kQueryUnhealthyBytes as sent.
   auto add_unhealthy = [&](JobReply& reply) {
     if (q->from != 0) return;
+    std::size_t bytes = 0;
     for (const auto& e : health_.of(q->job, now)) {
-      reply.unhealthy.push_back({e.report.node, e.report.address, e.report.role, e.report.failures, e.report.detail,
-                                 ms_between(e.reported, now), e.report.retry_in_ms});
+      UnhealthySummary u{e.report.node,   e.report.address,           e.report.role,         e.report.failures,
+                         e.report.detail, ms_between(e.reported, now), e.report.retry_in_ms};
+      bytes += dump_message(to_json(u)).size() + 1;
+      if (bytes > kQueryUnhealthyBytes) break;
+      reply.unhealthy.push_back(std::move(u));
     }
   };
   auto it = jobs_.find(q->job);

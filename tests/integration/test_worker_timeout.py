@@ -175,7 +175,7 @@ def py_spy_after_the_kill(out):
     script.write_text(f"""#!/bin/sh
 hung=$(cat '{out}/pid_1_0')
 i=0
-while kill -0 "$hung" 2>/dev/null && [ $i -lt 80 ]; do sleep 0.1; i=$((i + 1)); done
+while kill -0 "$hung" 2>/dev/null && [ $i -lt 40 ]; do sleep 0.1; i=$((i + 1)); done
 sleep 1
 exec '{real}' "$@"
 """)

@@ -60,6 +60,12 @@ TEST_CASE("a report is dropped once its node is past its retry and the grace wit
   CHECK(b.of("j", due).empty());
   CHECK(b.jobs() == 0);
   CHECK(b.entries() == 0);
+  // A check that may run long is waited for too.
+  auto slow = failing("j", "10.0.0.4_d", 5000);
+  slow.check_timeout_ms = 600000;
+  b.report(slow, t0);
+  CHECK(b.of("j", t0 + Duration(605000) + kHealthReportGrace - Duration(1)).size() == 1);
+  CHECK(b.of("j", t0 + Duration(605000) + kHealthReportGrace).empty());
 }
 
 TEST_CASE("the board is bounded per job and in all, the entry due first making room", "[health]") {

@@ -339,6 +339,11 @@ TEST_CASE("a failing health check's report and its place in a job reply are chec
   CHECK(back->failures == 3);
   CHECK(back->detail == h.detail);
   CHECK(back->retry_in_ms == 20000);
+  CHECK(back->check_timeout_ms == 0);
+  CHECK_FALSE(to_json(h).contains("check_timeout_ms"));  // optional, sent when known
+  h.check_timeout_ms = 60000;
+  REQUIRE(health_report_from_json(to_json(h)).ok());
+  CHECK(health_report_from_json(to_json(h))->check_timeout_ms == 60000);
   auto bad = [&](const char* field, nlohmann::json value) {
     auto j = to_json(h);
     if (value.is_null()) j.erase(field);
@@ -352,6 +357,8 @@ TEST_CASE("a failing health check's report and its place in a job reply are chec
   bad("failures", 0);
   bad("failures", 1.5);
   bad("retry_in_ms", -1);
+  bad("check_timeout_ms", -1);
+  bad("check_timeout_ms", "60s");
   bad("detail", std::string(kMaxHealthDetail + 1, 'x'));
   bad("job", 7);
   CHECK(health_noted_message()["type"] == "health_noted");

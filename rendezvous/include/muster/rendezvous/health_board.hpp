@@ -1,8 +1,8 @@
 // The nodes whose health check fails, as they reported it (`health`,
 // docs/protocol.md), per job: what `musterctl job` shows of nodes that stay
 // out of a job. A node's entry goes when it joins the job (its check passed),
-// or when it has not reported again by the time it said it would try again
-// plus kHealthReportGrace (the agent is gone, or now passes and is joining).
+// or when it has not reported again by the time it said it would try again,
+// plus that run's timeout, plus kHealthReportGrace (the agent is gone).
 // Bounded: kMaxUnhealthyPerJob per job and kMaxHealthEntries in all; past
 // either, the entry due to expire first makes room. No I/O, no clock of its own.
 #pragma once
@@ -19,8 +19,8 @@ namespace muster::rendezvous {
 
 // A report holds at most a few KiB (names of kMaxNameLength, kMaxHealthDetail).
 constexpr std::size_t kMaxHealthEntries = 8192;
-// How long past its announced retry a report is kept: the retry's own check
-// runs up to --health-check-timeout, and its report takes a moment.
+// How long past its announced retry and that run's timeout a report is kept:
+// the stop of a node's workers after a periodic check, and the report's way.
 constexpr Duration kHealthReportGrace{120000};
 
 class HealthBoard {
@@ -50,6 +50,7 @@ class HealthBoard {
 
   std::map<std::string, std::map<std::string, Entry>> jobs_;  // job -> node -> entry
   std::size_t entries_ = 0;
+  TimePoint next_expiry_ = TimePoint::max();  // no entry expires before (it may be earlier than needed)
 };
 
 }  // namespace muster::rendezvous

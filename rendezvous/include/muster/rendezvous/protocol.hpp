@@ -218,8 +218,10 @@ struct HealthReport {
   int failures = 1;     // the node's failed checks so far
   std::string detail;   // how it failed, and the end of its output (at most kMaxHealthDetail)
   long long retry_in_ms = 0;  // when it tries again (0: at once, or not on its own)
+  long long check_timeout_ms = 0;  // how long that run may take (--health-check-timeout; optional)
 };
 nlohmann::json to_json(const HealthReport& r);
+nlohmann::json to_json(const UnhealthySummary& u);
 Result<HealthReport> health_report_from_json(const nlohmann::json& j);
 nlohmann::json health_noted_message();
 // "stacks": every agent of the job's running round that can takes its
