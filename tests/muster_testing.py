@@ -190,6 +190,17 @@ def start_musterd(*extra, stderr=None, listen="127.0.0.1:0"):
     return proc, int(line.rsplit(":", 1)[1])
 
 
+def metric(port, name):
+    """The value of an unlabelled sample `name` on the Prometheus page at
+    127.0.0.1:port (musterd's or an agent's --metrics-listen); None if absent."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10 * SLACK) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
 def musterd_log(proc):
     with open(proc.log_path) as f:
         return f.read()

@@ -7,12 +7,11 @@ spare steps into its place; a worker can ask for its own node's exclusion with
 import os
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from muster_testing import (DATA, MUSTER, SLACK, base_env, free_port, musterd_log, port_open, start_musterd,
+from muster_testing import (metric, DATA, MUSTER, SLACK, base_env, free_port, musterd_log, port_open, start_musterd,
                             stop_musterd, torchrun_path, wait_for)
 
 pytest.importorskip("torch", reason="the compatibility tests need PyTorch: scripts/install-deps.sh installs it")
@@ -49,14 +48,6 @@ def kill_all(procs):
         if p is not None and p.poll() is None:
             p.kill()
             p.wait()
-
-
-def metric(port, name):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10 * SLACK) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return None
 
 
 def ctl(endpoint, *args):
