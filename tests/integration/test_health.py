@@ -9,8 +9,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from muster_testing import (metric, DATA, FAST_RDZV_CONF, SLACK, finish, read_stderr_until, run_muster, start_muster,
-                            start_musterd, stop_musterd, wait_for)
+from muster_testing import (metric, DATA, FAST_RDZV_CONF, SLACK, finish, kill_all, read_stderr_until, run_muster,
+                            start_muster, start_musterd, stop_musterd, wait_for)
 
 WORKER = str(DATA / "elastic_worker.py")
 MUSTERCTL = os.environ.get("MUSTERCTL_BIN") or str(Path(os.environ["MUSTERD_BIN"]).with_name("musterctl"))
@@ -34,6 +34,7 @@ def test_a_node_whose_check_fails_stays_out_until_it_passes(tmp_path):
     endpoint = f"127.0.0.1:{port}"
     ok = tmp_path / "healthy"
     reasons_a, reasons_b = tmp_path / "reasons_a", tmp_path / "reasons_b"
+    a = b = None
     try:
         a = agent(endpoint, 1, tmp_path, f"--health-check=echo $MUSTER_HEALTH_CHECK_REASON >> {reasons_a}")
         b = agent(endpoint, 2, tmp_path,
@@ -68,6 +69,8 @@ def test_a_node_whose_check_fails_stays_out_until_it_passes(tmp_path):
         after = musterctl_job(endpoint, "health")
         assert "succeeded" in after and "health check failing" not in after, after
     finally:
+        # A node whose check never passes would wait on for ever: nothing outlives a failed test.
+        kill_all([p for p in (a, b) if p is not None])
         stop_musterd(musterd)
 
 
@@ -76,6 +79,7 @@ def test_a_job_that_no_node_joined_shows_the_nodes_whose_check_fails(tmp_path):
     metrics = int(musterd.stdout.readline().rsplit(":", 1)[1])
     endpoint = f"127.0.0.1:{port}"
     assert metric(metrics, "musterd_unhealthy_nodes") == 0
+    a = b = None
     try:
         a = agent(endpoint, 1, tmp_path, "--health-check=echo 'GPU 3: 12 uncorrectable ECC errors' >&2; exit 3")
         def job_reply():
@@ -101,6 +105,8 @@ def test_a_job_that_no_node_joined_shows_the_nodes_whose_check_fails(tmp_path):
         rc, _, err = finish([a], timeout=60)[0]
         assert rc != 0
     finally:
+        # A node whose check never passes would wait on for ever: nothing outlives a failed test.
+        kill_all([p for p in (a, b) if p is not None])
         stop_musterd(musterd)
 
 
@@ -109,6 +115,7 @@ def test_a_check_that_fails_mid_job_takes_the_node_out_uncounted_until_it_passes
     endpoint = f"127.0.0.1:{port}"
     sick, done = tmp_path / "sick", tmp_path / "done"
     until = ["--until-file", str(done)]
+    a = b = None
     try:
         # --max-restarts=0: a departure that counted would end the job.
         a = agent(endpoint, 1, tmp_path, "--max-restarts=0", worker_args=until)
@@ -140,6 +147,8 @@ def test_a_check_that_fails_mid_job_takes_the_node_out_uncounted_until_it_passes
         assert "health check passed; joining the rendezvous" in err_b
         assert "Worker group FAILED" not in results[0][2]
     finally:
+        # A node whose check never passes would wait on for ever: nothing outlives a failed test.
+        kill_all([p for p in (a, b) if p is not None])
         stop_musterd(musterd)
 
 
