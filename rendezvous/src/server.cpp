@@ -77,7 +77,12 @@ class RendezvousServer::Session : public std::enable_shared_from_this<Session> {
                            : code == Code::invalid_argument ? Rejection::bad_message
                                                             : Rejection::internal);
     log::warning("rendezvous: closing the connection from " + peer_ + ": " + log_excerpt(message, 300));
-    send(error_message(code, message));
+    send_last(error_message(code, message));
+  }
+
+  // Sends the connection's last message and closes once it is written.
+  void send_last(const json& message) {
+    send(message);
     close_after_write_ = true;
     if (!out_.writing()) close();
   }
@@ -361,9 +366,7 @@ void RendezvousServer::answer_jobs(Session& s, const json& msg) {
 
 // Not a fault of the connection: said, and closed, without a warning.
 void RendezvousServer::not_found(Session& s, const std::string& text) {
-  s.send(error_message(Code::not_found, text));
-  s.close_after_write_ = true;
-  if (!s.out_.writing()) s.close();
+  s.send_last(error_message(Code::not_found, text));
 }
 
 void RendezvousServer::answer_stacks(Session& s, const json& msg) {
@@ -394,9 +397,7 @@ void RendezvousServer::note_health(Session& s, const json& msg) {
                log_excerpt(r->address, 128) + ") stays out: its health check failed (" + std::to_string(r->failures) +
                (r->failures == 1 ? " time" : " times") + "): " + log_excerpt(r->detail, 300) +
                (r->retry_in_ms > 0 ? "; it tries again in " + seconds_text(Duration(r->retry_in_ms)) : std::string()));
-  s.send(health_noted_message());
-  s.close_after_write_ = true;
-  if (!s.out_.writing()) s.close();
+  s.send_last(health_noted_message());
 }
 
 void RendezvousServer::answer_job(Session& s, const json& msg) {
