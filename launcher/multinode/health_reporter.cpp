@@ -41,10 +41,7 @@ void HealthReporter::send(rendezvous::HealthReport r) {
     if (!current()) return;
     const std::string& type = m["type"].get_ref<const std::string&>();
     if (type == "error") {
-      auto e = rendezvous::server_message_from_json(m);
-      std::string said = e.ok() && std::holds_alternative<rendezvous::ErrorMessage>(e.value())
-                             ? std::get<rendezvous::ErrorMessage>(e.value()).message
-                             : std::string("an error");
+      const std::string said = rendezvous::error_text(m);
       // An older server refuses a message other than join before the join;
       // anything else costs this report only.
       if (said.find("before 'join'") != std::string::npos || said.find("unknown message type") != std::string::npos) {

@@ -170,11 +170,7 @@ int main(int argc, char** argv) {
       [&](const json& m) {
         const std::string& type = m["type"].get_ref<const std::string&>();
         if (type == "error") {
-          auto e = server_message_from_json(m);
-          std::string text = e.ok() && std::holds_alternative<ErrorMessage>(e.value())
-                                 ? std::get<ErrorMessage>(e.value()).message
-                                 : m.dump();
-          return finish(1, "the rendezvous at " + client->address() + " said: " + log_excerpt(text, 2000));
+          return finish(1, "the rendezvous at " + client->address() + " said: " + log_excerpt(error_text(m), 2000));
         }
         if (opt.command == "jobs" && type == "jobs") {
           auto r = jobs_reply_from_json(m);

@@ -610,6 +610,27 @@ Result<JobsReply> jobs_reply_from_json(const json& j) {
   return r;
 }
 
+namespace {
+// An optional array of a job reply: at most `max` objects, each read by
+// `read(fields, element)` (named `what` in errors) into `out`.
+template <typename T, typename Read>
+Status optional_list(const json& j, const char* key, std::size_t max, const char* what, std::vector<T>& out,
+                     Read read) {
+  auto list = j.find(key);
+  if (list == j.end()) return {};
+  if (!list->is_array()) return invalid_argument(std::string("job: \"") + key + "\" must be an array");
+  if (list->size() > max) return invalid_argument("job: more than " + std::to_string(max) + " in \"" + key + "\"");
+  for (const auto& e : *list) {
+    T x;
+    Fields g(e, what);
+    read(g, x);
+    if (!g.ok()) return g.status();
+    out.push_back(std::move(x));
+  }
+  return {};
+}
+}  // namespace
+
 Result<JobReply> job_reply_from_json(const json& j) {
   JobReply r;
   Fields f(j, "job");
@@ -653,40 +674,26 @@ Result<JobReply> job_reply_from_json(const json& j) {
     if (!g.ok()) return g.status();
     r.members.push_back(std::move(m));
   }
-  if (auto ex = j.find("exclusions"); ex != j.end()) {
-    if (!ex->is_array()) return invalid_argument("job: \"exclusions\" must be an array");
-    if (ex->size() > kMaxExclusions) return invalid_argument("job: more than " + std::to_string(kMaxExclusions) + " exclusions");
-    for (const auto& e : *ex) {
-      ExclusionSummary x;
-      Fields g(e, "exclusion");
-      g.string("address", kMaxNameLength, x.address);
-      g.string("node", kMaxNameLength, x.node);
-      g.string("why", kMaxTextLength, x.why);
-      g.integer("count", 0, kMaxInt, x.count);
-      g.integer("left_ms", 0, kMaxTimeoutMs, x.left_ms);
-      if (!g.ok()) return g.status();
-      r.exclusions.push_back(std::move(x));
-    }
-  }
-  if (auto un = j.find("unhealthy"); un != j.end()) {
-    if (!un->is_array()) return invalid_argument("job: \"unhealthy\" must be an array");
-    if (un->size() > kMaxUnhealthyPerJob) {
-      return invalid_argument("job: more than " + std::to_string(kMaxUnhealthyPerJob) + " unhealthy nodes");
-    }
-    for (const auto& e : *un) {
-      UnhealthySummary u;
-      Fields g(e, "unhealthy node");
-      g.string("node", kMaxNameLength, u.node);
-      g.string("address", kMaxNameLength, u.address);
-      g.string("role", kMaxNameLength, u.role);
-      g.integer("failures", 1, kMaxInt, u.failures);
-      g.string("detail", kMaxHealthDetail, u.detail);
-      g.integer("reported_ms_ago", 0, kMaxAgeMs, u.reported_ms_ago);
-      g.integer("retry_in_ms", 0, kMaxTimeoutMs, u.retry_in_ms);
-      if (!g.ok()) return g.status();
-      r.unhealthy.push_back(std::move(u));
-    }
-  }
+  auto exclusions = optional_list(j, "exclusions", kMaxExclusions, "exclusion", r.exclusions,
+                                  [](Fields& g, ExclusionSummary& x) {
+                                    g.string("address", kMaxNameLength, x.address);
+                                    g.string("node", kMaxNameLength, x.node);
+                                    g.string("why", kMaxTextLength, x.why);
+                                    g.integer("count", 0, kMaxInt, x.count);
+                                    g.integer("left_ms", 0, kMaxTimeoutMs, x.left_ms);
+                                  });
+  if (!exclusions.ok()) return exclusions;
+  auto unhealthy = optional_list(j, "unhealthy", kMaxUnhealthyPerJob, "unhealthy node", r.unhealthy,
+                                 [](Fields& g, UnhealthySummary& u) {
+                                   g.string("node", kMaxNameLength, u.node);
+                                   g.string("address", kMaxNameLength, u.address);
+                                   g.string("role", kMaxNameLength, u.role);
+                                   g.integer("failures", 1, kMaxInt, u.failures);
+                                   g.string("detail", kMaxHealthDetail, u.detail);
+                                   g.integer("reported_ms_ago", 0, kMaxAgeMs, u.reported_ms_ago);
+                                   g.integer("retry_in_ms", 0, kMaxTimeoutMs, u.retry_in_ms);
+                                 });
+  if (!unhealthy.ok()) return unhealthy;
   return r;
 }
 
@@ -951,5 +958,11 @@ Result<HealthReport> health_report_from_json(const json& j) {
 }
 
 json health_noted_message() { return {{"type", "health_noted"}, {"v", kProtocolVersion}}; }
+
+std::string error_text(const json& j) {
+  auto e = server_message_from_json(j);
+  if (e.ok() && std::holds_alternative<ErrorMessage>(e.value())) return std::get<ErrorMessage>(e.value()).message;
+  return dump_message(j);
+}
 
 }  // namespace muster::rendezvous

@@ -267,5 +267,8 @@ struct HeartbeatAck {
 using ServerMessage = std::variant<out::Assign, out::Restart, out::Reject, out::Finished, ErrorMessage, out::Fenced,
                                    out::Resumed, out::Waiting, HeartbeatAck, out::DumpStacks>;
 Result<ServerMessage> server_message_from_json(const nlohmann::json& j);
+// What an `error` frame says: its message, or the frame itself when it does
+// not decode as one.
+std::string error_text(const nlohmann::json& j);
 
 }  // namespace muster::rendezvous
