@@ -3,6 +3,10 @@
 # UndefinedBehaviorSanitizer build, each running every unit, integration and
 # compatibility test through CTest; then every libFuzzer target on its
 # regression inputs and for MUSTER_FUZZ_SECONDS (default 30) each.
+# CTest runs MUSTER_TEST_JOBS suites at a time (default 2): a suite spends most
+# of its time waiting on timers and peers; suites that share a resource of the
+# machine take turns (RESOURCE_LOCK in tests/CMakeLists.txt), and the package
+# and wheel builds run alone.
 . "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +20,7 @@ for kind in normal asan; do
   echo "=== $kind build ==="
   scripts/build.sh "$kind"
   echo "=== $kind tests ==="
-  (cd "$dir" && "$ctest" --output-on-failure --timeout 1200) || status=1
+  (cd "$dir" && "$ctest" --output-on-failure --timeout 1200 -j "${MUSTER_TEST_JOBS:-2}") || status=1
 done
 echo "=== fuzzing ==="
 scripts/fuzz.sh "${MUSTER_FUZZ_SECONDS:-30}" || status=1
