@@ -14,6 +14,7 @@ std::vector<Action> AgentCore::begin_attempt() {
   live_ = nproc_;
   failures_.clear();
   kill_sent_ = false;
+  stop_held_ = false;
   ++groups_started_;  // taken back by on_start_failed
   return {action::StartWorkers{restart_count_}};
 }
@@ -55,10 +56,13 @@ std::vector<Action> AgentCore::order(Then then, int exit_code, StopReason reason
   then_ = then;
   then_exit_code_ = exit_code;
   switch (phase_) {
-    case Phase::running:
+    case Phase::running: {
       phase_ = Phase::stopping;
       reason_ = reason;
-      return {action::SignalWorkers{SIGTERM}, action::ArmShutdownTimer{}};
+      std::vector<Action> out;
+      stop_workers(out);
+      return out;
+    }
     case Phase::idle:
     case Phase::waiting:
       if (reason_ == StopReason::none || reason_ == StopReason::ordered) reason_ = reason;
@@ -103,10 +107,7 @@ std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status)
       phase_ = Phase::stopping;
       reason_ = StopReason::failure;
       if (coordinated_) out.push_back(action::ReportFailure{local_rank});
-      if (live_ > 0) {
-        out.push_back(action::SignalWorkers{SIGTERM});
-        out.push_back(action::ArmShutdownTimer{});
-      }
+      if (live_ > 0) stop_workers(out);
       announce_restart(out);
     }
   } else if (!status.success()) {
@@ -135,10 +136,34 @@ std::vector<Action> AgentCore::on_worker_hung(int local_rank) {
   reason_ = StopReason::failure;
   std::vector<Action> out;
   if (coordinated_) out.push_back(action::ReportFailure{local_rank});
-  out.push_back(action::SignalWorkers{SIGTERM});
-  out.push_back(action::ArmShutdownTimer{});
+  stop_workers(out);
   announce_restart(out);
   return out;
+}
+
+void AgentCore::stop_workers(std::vector<Action>& out) {
+  if (taking_stacks_) {
+    stop_held_ = true;
+    out.push_back(action::HoldStop{});
+    return;
+  }
+  out.push_back(action::SignalWorkers{SIGTERM});
+  out.push_back(action::ArmShutdownTimer{});
+}
+
+std::vector<Action> AgentCore::on_stacks_started() {
+  if (phase_ != Phase::finished) taking_stacks_ = true;
+  return {};
+}
+
+std::vector<Action> AgentCore::on_stacks_done() {
+  taking_stacks_ = false;
+  if (!stop_held_) return {};
+  stop_held_ = false;
+  // The workers the stop was for may all be gone by now (the next attempt,
+  // if any, began without a held stop).
+  if (phase_ != Phase::stopping || live_ == 0) return {};
+  return {action::SignalWorkers{SIGTERM}, action::ArmShutdownTimer{}};
 }
 
 void AgentCore::announce_restart(std::vector<Action>& out) const {
@@ -157,6 +182,7 @@ std::vector<Action> AgentCore::after_exit() {
     }
     return {finish(0)};
   }
+  stop_held_ = false;  // nobody left to stop
   std::vector<Action> out{action::CancelShutdownTimer{}};
   if (coordinated_ && reason_ != StopReason::signal) {
     auto next = follow_order();
@@ -185,11 +211,17 @@ std::vector<Action> AgentCore::on_signal(int signo) {
       reason_ = StopReason::signal;
       phase_ = Phase::stopping;
       return {action::SignalWorkers{signo}, action::ArmShutdownTimer{}};
-    case Phase::stopping:
+    case Phase::stopping: {
       // A signal during a failure stop turns it into a shutdown: no restart.
       signal_ = signo;
       reason_ = StopReason::signal;
-      return {action::SignalWorkers{signo}};
+      std::vector<Action> out{action::SignalWorkers{signo}};
+      if (stop_held_) {  // the held stop's timer did not run yet: it does now
+        stop_held_ = false;
+        out.push_back(action::ArmShutdownTimer{});
+      }
+      return out;
+    }
     case Phase::finished:
       return {};
   }
@@ -216,6 +248,7 @@ std::vector<Action> AgentCore::on_start_failed() {
 
 action::Finish AgentCore::finish(int exit_code) {
   phase_ = Phase::finished;
+  stop_held_ = false;
   exit_code_ = exit_code;
   return action::Finish{exit_code};
 }

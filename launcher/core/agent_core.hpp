@@ -57,6 +57,9 @@ struct Finish {
 };
 // Workers that outlived SIGKILL (stuck in the kernel): name them, then give up on them.
 struct AbandonWorkers {};
+// A stop came while the workers' Python stacks are being taken: its signal and
+// its shutdown timer wait for the dump (on_stacks_done); say so.
+struct HoldStop {};
 // Coordinated (multi-node) mode: tell the rendezvous, which decides what follows.
 struct ReportFailure {
   int local_rank = 0;
@@ -71,7 +74,8 @@ struct Rejoin {
 
 using Action = std::variant<action::StartWorkers, action::AnnounceRestart, action::SignalWorkers, action::ArmShutdownTimer,
                             action::CancelShutdownTimer, action::KillWorkers, action::AbandonWorkers,
-                            action::ReportFailure, action::ReportSuccess, action::Rejoin, action::Finish>;
+                            action::HoldStop, action::ReportFailure, action::ReportSuccess, action::Rejoin,
+                            action::Finish>;
 
 // waiting: coordinated mode, workers down, the rendezvous decides what is next.
 enum class Phase { idle, running, stopping, waiting, finished };
@@ -128,6 +132,16 @@ class AgentCore {
   // and nothing restarts, as a start that fails would fail again. The reason
   // was said by whoever found it.
   std::vector<Action> on_start_failed();
+  // The workers' Python stacks are being taken (a rank taken for hung, here or
+  // on another node, or musterctl stacks), and then they are written. A stop
+  // that a failure, a hang or an order brings meanwhile would destroy what the
+  // dump reads: it holds its SIGTERM and its shutdown timer (HoldStop) until
+  // the dump is done (the driver bounds it), and then sends them, unless the
+  // workers are gone by then; its reports and the restart's announcement go at
+  // once. A signal to the agent never waits: it sends its own, and the held
+  // timer with it.
+  std::vector<Action> on_stacks_started();
+  std::vector<Action> on_stacks_done();
 
   Phase phase() const { return phase_; }
   StopReason stop_reason() const { return reason_; }
@@ -158,6 +172,8 @@ class AgentCore {
   enum class Then { wait, rejoin, rejoin_fenced, finish };
   std::vector<Action> after_exit();
   void announce_restart(std::vector<Action>& out) const;
+  // SIGTERM to the workers and the shutdown timer, or HoldStop while stacks are taken.
+  void stop_workers(std::vector<Action>& out);
   std::vector<Action> begin_attempt();
   std::vector<Action> order(Then then, int exit_code, StopReason reason);
   std::vector<Action> follow_order();
@@ -181,6 +197,8 @@ class AgentCore {
   bool job_root_cause_ = false;  // the finish order named the job's root cause
   int groups_started_ = 0;
   std::optional<int> exit_code_;
+  bool taking_stacks_ = false;
+  bool stop_held_ = false;  // the current stop's SIGTERM and timer wait for the stacks
 };
 
 // The agent's view of its membership. The rendezvous counts a member gone

@@ -330,16 +330,19 @@ void Agent::start_dump(const std::string& title, bool for_report) {
     pid_t pid = supervisor_.reported_pid(lr);
     if (pid > 0) targets.push_back({lr, group_.base_global_rank + lr, pid});
   }
-  stacks_->dump(std::move(targets), [this, dir = attempt_dir_, title, for_report](std::vector<StackDump::Stack> stacks) {
+  const bool started = stacks_->dump(std::move(targets), [this, dir = attempt_dir_, title, for_report](
+                                                              std::vector<StackDump::Stack> stacks) {
     // A watchdog's kill that waited for this dump makes it the hang's report.
     if (!finished()) record_stacks(stacks, dir, title, for_report || !after_stacks_.empty());
+    // A stop held for the dump goes first; a kill that waited then finds the group stopping and leaves it be.
+    apply(core_.on_stacks_done());
     auto waiting = std::move(after_stacks_);
     after_stacks_.clear();
     for (auto& then : waiting) {
       if (!finished()) then();
     }
-    release_held_stop();
   });
+  if (started) apply(core_.on_stacks_started());
 }
 
 // Into the log, and with --log-dir into <attempt>/<local_rank>/stacks.txt.
@@ -420,19 +423,13 @@ void Agent::on_signal(int signo) {
 // The core puts Finish last in its list and answers nothing once finished,
 // so every action of a list is performed, and nothing after Finish.
 void Agent::apply(const std::vector<Action>& actions) {
-  bool holding = false;  // this list's stop waits for the dump under way
   for (const auto& a : actions) {
-    if (holding && std::holds_alternative<action::ArmShutdownTimer>(a)) {
-      held_stop_.push_back(a);  // the shutdown timeout runs from the held signal
-      continue;
-    }
     if (const auto* start = std::get_if<action::StartWorkers>(&a)) {
       start_workers(start->restart_count);
     } else if (const auto* failed = std::get_if<action::AnnounceRestart>(&a)) {
       log::warning("[" + cfg_.role + "] Worker group FAILED. " + std::to_string(failed->attempts_left) + "/" +
                    std::to_string(failed->max_restarts) + " attempts left; will restart worker group");
     } else if (const auto* sig = std::get_if<action::SignalWorkers>(&a)) {
-      if ((holding = hold_stop_for_stacks(a))) continue;
       last_stop_signal_ = sig->signo;
       for (int lr : supervisor_.running()) {
         log::warning("Sending process " + std::to_string(supervisor_.worker_pid(lr)) + " closing signal " +
@@ -458,6 +455,9 @@ void Agent::apply(const std::vector<Action>& actions) {
                    ") is still there " + std::to_string(kKilledWorkerWait.count()) +
                    " s after SIGKILL, probably stuck in the kernel (state D); giving up on it");
       }
+    } else if (std::holds_alternative<action::HoldStop>(a)) {
+      log::warning("[" + cfg_.role + "] stopping the workers once their Python stacks, being taken now, are written " +
+                   "(at most " + std::to_string(kStackDumpLimit.count()) + " s)");
     } else if (const auto* rf = std::get_if<action::ReportFailure>(&a)) {
       report_to_rendezvous_failure(rf->local_rank);
     } else if (std::holds_alternative<action::ReportSuccess>(a)) {
@@ -481,40 +481,6 @@ void Agent::apply(const std::vector<Action>& actions) {
       return;
     }
   }
-}
-
-// The workers' stacks being taken (a rank of this or another node was taken
-// for hung, or musterctl stacks) are what the stop would destroy: a stop that
-// an order or a failure brings (its signal and its shutdown timer) waits for
-// the dump (at most kStackDumpLimit), then goes on as it would have; the
-// rest of its actions (reports, the restart's announcement) go at once. A
-// signal to the agent does not wait.
-bool Agent::hold_stop_for_stacks(const Action& signal) {
-  if (!stacks_ || !stacks_->running() || core_.received_signal()) return false;
-  if (held_stop_.empty()) {
-    log::warning("[" + cfg_.role + "] stopping the workers once their Python stacks, being taken now, are written (at most " +
-                 std::to_string(kStackDumpLimit.count()) + " s)");
-  }
-  held_stop_.push_back(signal);
-  held_stop_attempt_ = core_.groups_started();
-  return true;
-}
-
-void Agent::release_held_stop() {
-  auto held = std::move(held_stop_);
-  held_stop_.clear();
-  // Meanwhile the workers may all have exited and the next attempt begun:
-  // the stop was for the one that ended.
-  if (held.empty() || finished() || core_.phase() != Phase::stopping || core_.groups_started() != held_stop_attempt_) {
-    return;
-  }
-  // A signal to the agent meanwhile has sent its own: only the rest is left.
-  if (core_.received_signal()) {
-    held.erase(std::remove_if(held.begin(), held.end(),
-                              [](const Action& a) { return std::holds_alternative<action::SignalWorkers>(a); }),
-               held.end());
-  }
-  apply(held);
 }
 
 void Agent::start_workers(int restart_count) {

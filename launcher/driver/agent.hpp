@@ -75,9 +75,6 @@ class Agent {
   void wait_for_signal();
   void on_signal(int signo);
   void apply(const std::vector<Action>& actions);
-  // A stop's signal (and its shutdown timer) waits for the stack dump under way (true: held).
-  bool hold_stop_for_stacks(const Action& signal);
-  void release_held_stop();
   void start_workers(int restart_count);
   void on_worker_exit(const WorkerExit& e);
   void on_workers_silent(const std::vector<ProgressWatch::Silent>& silent);
@@ -140,10 +137,6 @@ class Agent {
   std::string stacks_where_;           // where the last stacks went, for the final report
   bool stacks_hint_said_ = false;      // "install py-spy", once
   std::vector<std::function<void()>> after_stacks_;  // the kills that wait for the dump under way
-  // A stop (an order, a failure) that came while a dump was under way: its
-  // signal and shutdown timer, for when the dump ends, and the attempt it stops.
-  std::vector<Action> held_stop_;
-  int held_stop_attempt_ = 0;
 
   // Multi-node state.
   std::unique_ptr<RendezvousHost> rdzv_host_;

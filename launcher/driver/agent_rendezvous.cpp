@@ -110,9 +110,8 @@ void Agent::on_assigned(const rendezvous::out::Assign& a) {
 void Agent::on_rendezvous_failed(const Status& st) {
   if (finished()) return;
   if (!core_.stopped_by_signal()) say("muster: error: " + st.message() + "\n");
+  // Workers running: they are stopped, then the run ends; none: it ends now.
   apply(core_.on_rendezvous_lost());
-  // Not coordinated yet or nothing running: the order has nothing to stop.
-  if (!finished() && !core_.holds_workers()) apply(core_.on_finish_order(1));
 }
 
 void Agent::report_to_rendezvous_failure(int local_rank) {

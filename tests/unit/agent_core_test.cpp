@@ -281,6 +281,10 @@ TEST_CASE("coordinated: losing the rendezvous stops the workers and finishes wit
   CHECK(finish_code(core.on_worker_exit(0, sig(SIGTERM))) == 1);
   AgentCore idle(1, 0, true);
   CHECK(finish_code(idle.on_rendezvous_lost()) == 1);  // never assigned: nothing to stop
+  AgentCore done(1, 0, true);  // its workers succeeded, the job's end not yet heard
+  done.on_assignment(0);
+  CHECK(has<action::ReportSuccess>(done.on_worker_exit(0, ok())));
+  CHECK(finish_code(done.on_rendezvous_lost()) == 1);
 }
 
 TEST_CASE("coordinated: a signal is the root cause and no order changes that", "[core][membership]") {
@@ -472,5 +476,112 @@ TEST_CASE("Finish is always the last action of its list", "[core]") {
     auto end = core.on_signal(SIGINT);
     CHECK(finish_code(end) == 1);
     CHECK(finish_is_last(end));
+  }
+}
+
+TEST_CASE("a failure while stacks are taken holds its SIGTERM and timer until the dump is done", "[core][stacks]") {
+  AgentCore core(3, 1);
+  core.start();
+  CHECK(core.on_stacks_started().empty());
+  auto fail = core.on_worker_exit(1, code(3));
+  CHECK(has<action::HoldStop>(fail));
+  CHECK_FALSE(has<action::SignalWorkers>(fail));
+  CHECK_FALSE(has<action::ArmShutdownTimer>(fail));
+  CHECK(has<action::AnnounceRestart>(fail));  // said when decided, not when the stop goes
+  CHECK(core.phase() == Phase::stopping);
+  auto done = core.on_stacks_done();
+  REQUIRE(done.size() == 2);
+  CHECK(std::get<action::SignalWorkers>(done[0]).signo == SIGTERM);
+  CHECK_FALSE(std::get<action::ArmShutdownTimer>(done[1]).after_kill);
+  CHECK(core.on_stacks_done().empty());  // sent once
+  core.on_worker_exit(0, sig(SIGTERM));
+  CHECK(has<action::StartWorkers>(core.on_worker_exit(2, sig(SIGTERM))));
+}
+
+TEST_CASE("an order or a hang while stacks are taken holds the stop, and a dump with no stop sends nothing",
+          "[core][stacks]") {
+  SECTION("a restart order") {
+    AgentCore core(2, 3, true);
+    core.on_assignment(0);
+    core.on_stacks_started();
+    auto order = core.on_restart_order(true);
+    CHECK(has<action::HoldStop>(order));
+    CHECK(has<action::AnnounceRestart>(order));
+    CHECK_FALSE(has<action::SignalWorkers>(order));
+    auto done = core.on_stacks_done();
+    CHECK(has<action::SignalWorkers>(done));
+    CHECK(has<action::ArmShutdownTimer>(done));
+    core.on_worker_exit(0, sig(SIGTERM));
+    auto down = core.on_worker_exit(1, sig(SIGTERM));
+    REQUIRE(has<action::Rejoin>(down));
+  }
+  SECTION("a finish order") {
+    AgentCore core(2, 0, true);
+    core.on_assignment(0);
+    core.on_stacks_started();
+    auto order = core.on_finish_order(1, true);
+    CHECK(order.size() == 1);
+    CHECK(has<action::HoldStop>(order));
+    CHECK(has<action::SignalWorkers>(core.on_stacks_done()));
+  }
+  SECTION("a rank taken for hung") {
+    AgentCore core(2, 0, true);
+    core.on_assignment(0);
+    core.on_stacks_started();
+    auto hung = core.on_worker_hung(1);
+    CHECK(has<action::ReportFailure>(hung));
+    CHECK(has<action::HoldStop>(hung));
+    CHECK_FALSE(has<action::SignalWorkers>(hung));
+    CHECK(has<action::SignalWorkers>(core.on_stacks_done()));
+  }
+  SECTION("no stop") {
+    AgentCore core(2, 0);
+    core.start();
+    core.on_stacks_started();
+    CHECK(core.on_stacks_done().empty());
+    auto fail = core.on_worker_exit(0, code(1));  // after the dump: at once
+    CHECK(has<action::SignalWorkers>(fail));
+    CHECK_FALSE(has<action::HoldStop>(fail));
+  }
+}
+
+TEST_CASE("a held stop is dropped once its workers are gone, and does not reach the next attempt",
+          "[core][stacks]") {
+  AgentCore core(2, 1);
+  core.start();
+  core.on_stacks_started();
+  CHECK(has<action::HoldStop>(core.on_worker_exit(0, code(5))));
+  // The last worker exits by itself before the dump ends: the group restarts.
+  CHECK(has<action::StartWorkers>(core.on_worker_exit(1, code(6))));
+  CHECK(core.on_stacks_done().empty());
+  // The new attempt's failure, with no dump under way, stops at once.
+  auto fail = core.on_worker_exit(1, code(7));
+  CHECK(has<action::SignalWorkers>(fail));
+  CHECK(has<action::ArmShutdownTimer>(fail));
+}
+
+TEST_CASE("a signal to the agent never waits for the stacks", "[core][stacks]") {
+  SECTION("while the workers run") {
+    AgentCore core(2, 0);
+    core.start();
+    core.on_stacks_started();
+    auto s = core.on_signal(SIGINT);
+    REQUIRE(s.size() == 2);
+    CHECK(std::get<action::SignalWorkers>(s[0]).signo == SIGINT);
+    CHECK(has<action::ArmShutdownTimer>(s));
+    CHECK(core.on_stacks_done().empty());
+  }
+  SECTION("while a stop is held: its own signal and the held timer go now") {
+    AgentCore core(2, 1);
+    core.start();
+    core.on_stacks_started();
+    CHECK(has<action::HoldStop>(core.on_worker_exit(0, code(1))));
+    auto s = core.on_signal(SIGTERM);
+    REQUIRE(s.size() == 2);
+    CHECK(std::get<action::SignalWorkers>(s[0]).signo == SIGTERM);
+    CHECK(has<action::ArmShutdownTimer>(s));
+    CHECK(core.on_stacks_done().empty());  // nothing left held
+    CHECK(finish_code(core.on_worker_exit(1, sig(SIGTERM))) == 1);
+    CHECK(core.final_report() == FinalReport::signal);
   }
 }
