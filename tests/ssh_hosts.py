@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from muster_testing import free_port
+
 SSHD = "/usr/sbin/sshd"
 MAX_LISTEN = 16  # sshd's MAX_LISTEN_SOCKS
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -25,24 +27,6 @@ def available():
     if not os.path.exists(SSHD) or shutil.which("ssh") is None:
         return "OpenSSH (openssh-server, openssh-client) is not installed: scripts/install-deps.sh installs it"
     return None
-
-
-def _free_port(addresses):
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        ok = True
-        for a in addresses:
-            with socket.socket() as t:
-                try:
-                    t.bind((a, port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return port
-    raise RuntimeError("no port free on every test address")
 
 
 class SshHosts:
@@ -59,7 +43,8 @@ class SshHosts:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.netns = netns or {}
         self.addresses = list(self.netns) if self.netns else [f"127.0.0.{i + first}" for i in range(count)]
-        self.port = 2222 if self.netns else _free_port(self.addresses)
+        # Held until sshd binds it (sshd sets SO_REUSEADDR), so no other suite's server takes it meanwhile.
+        self.port = 2222 if self.netns else free_port()
         self.slack = slack
         d = self.dir
         for name in ("host_key", "client_key", "stranger_key"):

@@ -142,7 +142,7 @@ std::vector<Action> AgentCore::on_worker_hung(int local_rank) {
 }
 
 void AgentCore::stop_workers(std::vector<Action>& out) {
-  if (taking_stacks_) {
+  if (dumps_under_way_ > 0) {
     stop_held_ = true;
     out.push_back(action::HoldStop{});
     return;
@@ -152,13 +152,13 @@ void AgentCore::stop_workers(std::vector<Action>& out) {
 }
 
 std::vector<Action> AgentCore::on_stacks_started() {
-  if (phase_ != Phase::finished) taking_stacks_ = true;
+  ++dumps_under_way_;
   return {};
 }
 
 std::vector<Action> AgentCore::on_stacks_done() {
-  taking_stacks_ = false;
-  if (!stop_held_) return {};
+  if (dumps_under_way_ > 0) --dumps_under_way_;
+  if (dumps_under_way_ > 0 || !stop_held_) return {};
   stop_held_ = false;
   // The workers the stop was for may all be gone by now (the next attempt,
   // if any, began without a held stop).

@@ -139,7 +139,7 @@ class AgentCore {
   // the dump is done (the driver bounds it), and then sends them, unless the
   // workers are gone by then; its reports and the restart's announcement go at
   // once. A signal to the agent never waits: it sends its own, and the held
-  // timer with it.
+  // timer with it. Dumps may overlap: the stop waits for the last one's end.
   std::vector<Action> on_stacks_started();
   std::vector<Action> on_stacks_done();
 
@@ -197,7 +197,7 @@ class AgentCore {
   bool job_root_cause_ = false;  // the finish order named the job's root cause
   int groups_started_ = 0;
   std::optional<int> exit_code_;
-  bool taking_stacks_ = false;
+  int dumps_under_way_ = 0;  // on_stacks_started not yet matched by on_stacks_done
   bool stop_held_ = false;  // the current stop's SIGTERM and timer wait for the stacks
 };
 

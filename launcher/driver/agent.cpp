@@ -334,13 +334,16 @@ void Agent::start_dump(const std::string& title, bool for_report) {
                                                               std::vector<StackDump::Stack> stacks) {
     // A watchdog's kill that waited for this dump makes it the hang's report.
     if (!finished()) record_stacks(stacks, dir, title, for_report || !after_stacks_.empty());
-    // A stop held for the dump goes first; a kill that waited then finds the group stopping and leaves it be.
-    apply(core_.on_stacks_done());
+    // The kills that waited go first (a file timer's own signal), then the
+    // stop held for the dump; a hang's kill finds the group stopping already
+    // and leaves it to that stop.
+    const auto held = core_.on_stacks_done();
     auto waiting = std::move(after_stacks_);
     after_stacks_.clear();
     for (auto& then : waiting) {
       if (!finished()) then();
     }
+    if (!finished()) apply(held);
   });
   if (started) apply(core_.on_stacks_started());
 }

@@ -585,3 +585,14 @@ TEST_CASE("a signal to the agent never waits for the stacks", "[core][stacks]") 
     CHECK(core.final_report() == FinalReport::signal);
   }
 }
+
+TEST_CASE("overlapping dumps: a held stop waits for the last one to end", "[core][stacks]") {
+  AgentCore core(2, 0);
+  core.start();
+  core.on_stacks_started();
+  core.on_stacks_started();
+  CHECK(has<action::HoldStop>(core.on_worker_exit(0, code(1))));
+  CHECK(core.on_stacks_done().empty());  // one dump still under way
+  CHECK(has<action::SignalWorkers>(core.on_stacks_done()));
+  CHECK(core.on_stacks_done().empty());  // an unmatched end changes nothing
+}
