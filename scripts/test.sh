@@ -5,8 +5,8 @@
 # regression inputs and for MUSTER_FUZZ_SECONDS (default 30) each.
 # CTest runs MUSTER_TEST_JOBS suites at a time (default 2): a suite spends most
 # of its time waiting on timers and peers; suites that share a resource of the
-# machine take turns (RESOURCE_LOCK in tests/CMakeLists.txt), and the package
-# and wheel builds run alone.
+# machine take turns (RESOURCE_LOCK in tests/CMakeLists.txt); the package and
+# wheel builds and the exclusion suite run alone (RUN_SERIAL).
 . "$(dirname "$0")/lib/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
