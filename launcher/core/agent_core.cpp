@@ -13,6 +13,7 @@ std::vector<Action> AgentCore::begin_attempt() {
   alive_.assign(static_cast<std::size_t>(nproc_), true);
   live_ = nproc_;
   failures_.clear();
+  reported_late_ = false;
   kill_sent_ = false;
   stop_held_ = false;
   ++groups_started_;  // taken back by on_start_failed
@@ -95,7 +96,7 @@ std::vector<Action> AgentCore::follow_order() {
   return {};
 }
 
-std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status) {
+std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status, bool before_stop) {
   if (phase_ != Phase::running && phase_ != Phase::stopping) return {};
   if (local_rank < 0 || local_rank >= nproc_ || !alive_[static_cast<std::size_t>(local_rank)]) return {};
   alive_[static_cast<std::size_t>(local_rank)] = false;
@@ -114,6 +115,14 @@ std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status)
     bool known = false;  // taken for hung before it exited: its failure is recorded already
     for (const auto& f : failures_) known = known || f.local_rank == local_rank;
     if (!known) failures_.push_back({local_rank, status, true});
+    // It ended badly before this node's stop, which the rendezvous ordered for
+    // another node's failure: a failure of that round too, and perhaps the
+    // first (this agent may only have learned of it late). The rendezvous
+    // weighs the report in its verdict; once per attempt is enough.
+    if (!known && before_stop && coordinated_ && reason_ == StopReason::ordered && !reported_late_) {
+      reported_late_ = true;
+      out.push_back(action::ReportFailure{local_rank});
+    }
   }
   auto rest = after_exit();
   out.insert(out.end(), rest.begin(), rest.end());

@@ -119,7 +119,9 @@ class AgentCore {
   std::vector<Action> on_fenced();
   // Coordinated mode: the rendezvous is gone past the reconnect window.
   std::vector<Action> on_rendezvous_lost();
-  std::vector<Action> on_worker_exit(int local_rank, ExitStatus status);
+  // before_stop: it ended before the agent sent this attempt's stop signal
+  // (by the shim's clock), so on its own, whatever stopped the group.
+  std::vector<Action> on_worker_exit(int local_rank, ExitStatus status, bool before_stop = false);
   // --worker-timeout: the agent took the worker for hung and sent it SIGKILL.
   // It has failed from now on, as if it had died of SIGKILL, though its exit
   // is not seen yet (a worker stuck in the kernel may never exit): the others
@@ -192,6 +194,7 @@ class AgentCore {
   int live_ = 0;
   std::vector<ObservedFailure> failures_;
   bool kill_sent_ = false;
+  bool reported_late_ = false;  // a failure seen after a restart order was reported
   Then then_ = Then::wait;  // coordinated: what the last order asks for once the workers are down
   int then_exit_code_ = 1;
   bool job_root_cause_ = false;  // the finish order named the job's root cause

@@ -434,6 +434,7 @@ void Agent::apply(const std::vector<Action>& actions) {
                    std::to_string(failed->max_restarts) + " attempts left; will restart worker group");
     } else if (const auto* sig = std::get_if<action::SignalWorkers>(&a)) {
       last_stop_signal_ = sig->signo;
+      if (!stop_sent_at_) stop_sent_at_ = std::chrono::system_clock::now();
       for (int lr : supervisor_.running()) {
         log::warning("Sending process " + std::to_string(supervisor_.worker_pid(lr)) + " closing signal " +
                      signal_label(sig->signo));
@@ -491,6 +492,7 @@ void Agent::start_workers(int restart_count) {
   if (restart_count > 0) rendezvous_began_ = std::chrono::steady_clock::now();
   const auto rendezvous_began = member_ ? member_->join_sent_at() : rendezvous_began_;
   reporter_.start_attempt(group_.base_global_rank);
+  stop_sent_at_.reset();
   group_.restart_count = restart_count;
   auto attempt = planner_.prepare_attempt(restart_count, env_);
   if (!attempt.ok()) {
@@ -545,7 +547,7 @@ void Agent::on_worker_exit(const WorkerExit& e) {
                (cfg_.run_path ? "fn: run_script_path (start_method: " + cfg_.start_method + ")"
                               : "binary: " + (cfg_.python_from_path ? planner_.executable_path() : cfg_.executable)));
   }
-  apply(core_.on_worker_exit(e.local_rank, e.status));
+  apply(core_.on_worker_exit(e.local_rank, e.status, !stop_sent_at_ || e.when < *stop_sent_at_));
 }
 
 // The core's Finish: the report it chose, then the loop's end.

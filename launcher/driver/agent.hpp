@@ -127,6 +127,9 @@ class Agent {
   AgentEvents events_;
   AgentCounters counters_;
   int last_stop_signal_ = 0;
+  // When this attempt's first stop signal went out (none yet: unset): a
+  // worker that ended before it ended on its own.
+  std::optional<std::chrono::system_clock::time_point> stop_sent_at_;
   std::chrono::steady_clock::time_point rendezvous_began_{};  // one node: when the attempt's "rendezvous" began
   std::unique_ptr<FileTimerServer> file_timer_;
   std::unique_ptr<WorkerTimeout> worker_timeout_;

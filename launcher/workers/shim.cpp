@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -358,6 +359,10 @@ void run_shim(const PreparedShim& shim) {
       }
     }
     if (fds[1].revents & POLLIN) {
+      // The moment the worker's end reached us, before any work of ours: the
+      // rendezvous orders the nodes' failures by it (which came first).
+      timespec seen{};
+      clock_gettime(CLOCK_REALTIME, &seen);
       signalfd_siginfo info{};
       bool worker_done = false;
       while (read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
@@ -374,7 +379,12 @@ void run_shim(const PreparedShim& shim) {
       if (waitid(P_PID, static_cast<id_t>(worker), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == worker) {
         worker_done = true;
       }
-      if (worker_done) break;
+      if (worker_done) {
+        int64_t exited_us = static_cast<int64_t>(seen.tv_sec) * 1000000 + seen.tv_nsec / 1000;
+        // One datagram, never a SIGPIPE: an agent already gone reads nothing.
+        (void)send(kControlFd, &exited_us, sizeof exited_us, MSG_NOSIGNAL | MSG_DONTWAIT);
+        break;
+      }
     }
   }
   if (agent_gone) {

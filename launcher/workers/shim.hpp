@@ -4,8 +4,10 @@
 // Contract:
 //  * It is a child subreaper: every orphan below the worker is re-parented to it.
 //  * The worker runs in a new session (its PGID is its PID), like torchrun's.
-//  * The control socket carries the worker's PID (4 bytes) to the agent, and
-//    signal numbers (1 byte each) from the agent; each is sent to the worker's
+//  * The control socket (datagrams) carries the worker's PID (4 bytes) to the
+//    agent, then, when the worker has exited, the wall-clock time the shim saw
+//    it end (8 bytes, microseconds since the epoch) before any clean-up of its
+//    own; and signal numbers (1 byte each) from the agent; each is sent to the worker's
 //    process group. End-of-file on it means the agent is gone: the shim kills
 //    the worker's group and every descendant it has adopted, then exits.
 //  * When the worker exits, the shim kills what is left of its group and its

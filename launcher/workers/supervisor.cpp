@@ -93,6 +93,8 @@ namespace {
 // How long a tee pipe may stay open after its worker's shim exited (a writer
 // stuck in the kernel) before the exit is reported anyway.
 constexpr auto kDrainLimit = std::chrono::seconds(2);
+// A shim's exit time further back than this is not believed (a clock step).
+constexpr auto kExitTimeLimit = std::chrono::seconds(60);
 }  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, ExitHandler on_exit) : io_(io), on_exit_(std::move(on_exit)) {}
@@ -216,6 +218,21 @@ void Supervisor::read_pid(Worker& w) {
   }
 }
 
+// The time the shim saw its worker end (the shim's last datagram), when it
+// sent one: closer to the exit than the moment this loop learns of it, which
+// waits for the shim's clean-up and for this process to be scheduled. Only a
+// time within a minute before now is taken (a clock stepped meanwhile).
+std::optional<std::chrono::system_clock::time_point> Supervisor::read_exit_time(Worker& w) {
+  if (w.control < 0) return std::nullopt;
+  int64_t us = 0;
+  ssize_t r = ::recv(w.control, &us, sizeof us, MSG_DONTWAIT);
+  if (r != static_cast<ssize_t>(sizeof us)) return std::nullopt;
+  auto seen = std::chrono::system_clock::time_point(std::chrono::microseconds(us));
+  auto now = std::chrono::system_clock::now();
+  if (seen > now || now - seen > kExitTimeLimit) return std::nullopt;
+  return seen;
+}
+
 void Supervisor::watch(Worker& w) {
   w.pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read, [this, &w](const boost::system::error_code& ec) {
     if (ec) return;
@@ -231,13 +248,14 @@ void Supervisor::on_shim_exit(Worker& w) {
     si.si_status = SIGKILL;
   }
   read_pid(w);
+  WorkerExit e;
+  e.when = std::chrono::system_clock::now();
+  if (auto seen = read_exit_time(w)) e.when = *seen;
   w.exited = true;
   close_control(w);
-  WorkerExit e;
   e.local_rank = w.local_rank;
   e.pid = w.pid != 0 ? w.pid : w.shim_pid;
   e.status = from_siginfo(si);
-  e.when = std::chrono::system_clock::now();
   w.pending_exit = e;
   // The shim exits only after every process of the worker's tree is gone, so
   // the pipes reach end-of-file promptly; the limit covers a writer stuck in

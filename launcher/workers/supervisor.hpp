@@ -45,6 +45,8 @@ struct WorkerExit {
   int local_rank = 0;
   pid_t pid = 0;  // the worker's own PID (what the worker saw as getpid())
   ExitStatus status;
+  // When the worker ended: as the shim saw it (before its clean-up), else
+  // when the agent learned of it.
   std::chrono::system_clock::time_point when;
 };
 
@@ -79,6 +81,7 @@ class Supervisor {
   void on_shim_exit(Worker& w);
   void watch_pid(Worker& w);
   void read_pid(Worker& w);
+  std::optional<std::chrono::system_clock::time_point> read_exit_time(Worker& w);
   void close_control(Worker& w);
   void deliver_if_drained(Worker& w);
 

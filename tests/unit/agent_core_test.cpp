@@ -242,6 +242,55 @@ TEST_CASE("coordinated: a restart order stops the workers, then rejoins", "[core
   CHECK(has<action::StartWorkers>(core.on_assignment(0)));
 }
 
+TEST_CASE("coordinated: a failure that came before a restart order's stop is reported, once, before the rejoin",
+          "[core][membership]") {
+  AgentCore core(3, 0, true);
+  core.on_assignment(0);
+  REQUIRE(has<action::SignalWorkers>(core.on_restart_order(false)));
+  // Ended with its own code before the stop went out: this node's failure too.
+  auto own = core.on_worker_exit(0, code(75), true);
+  REQUIRE(own.size() == 1);
+  CHECK(std::get<action::ReportFailure>(own.front()).local_rank == 0);
+  // A second such worker adds no report (one per node and attempt).
+  CHECK_FALSE(has<action::ReportFailure>(core.on_worker_exit(1, code(1), true)));
+  // The last, stopped by the signal: no report; the node rejoins.
+  auto down = core.on_worker_exit(2, sig(SIGTERM), false);
+  CHECK_FALSE(has<action::ReportFailure>(down));
+  CHECK(has<action::Rejoin>(down));
+  // The next attempt may report again.
+  core.on_assignment(0);
+  core.on_restart_order(false);
+  CHECK(has<action::ReportFailure>(core.on_worker_exit(0, code(1), true)));
+}
+
+TEST_CASE("a failure seen after the stop signal, or beside a stop of the node's own, is not reported again",
+          "[core][membership]") {
+  SECTION("after the stop signal") {
+    AgentCore core(1, 0, true);
+    core.on_assignment(0);
+    core.on_restart_order(false);
+    CHECK_FALSE(has<action::ReportFailure>(core.on_worker_exit(0, code(1), false)));
+  }
+  SECTION("this node's failure stopped the group") {
+    AgentCore core(2, 1, true);
+    core.on_assignment(0);
+    CHECK(has<action::ReportFailure>(core.on_worker_exit(0, code(1), true)));
+    CHECK_FALSE(has<action::ReportFailure>(core.on_worker_exit(1, code(1), true)));
+  }
+  SECTION("a signal to the agent") {
+    AgentCore core(1, 0, true);
+    core.on_assignment(0);
+    core.on_signal(SIGTERM);
+    CHECK_FALSE(has<action::ReportFailure>(core.on_worker_exit(0, code(1), true)));
+  }
+  SECTION("one node alone reports nothing") {
+    AgentCore core(2, 1);
+    core.start();
+    core.on_worker_exit(0, code(1), true);
+    CHECK_FALSE(has<action::ReportFailure>(core.on_worker_exit(1, code(1), true)));
+  }
+}
+
 TEST_CASE("coordinated: an order that comes while the workers are down is followed at once", "[core][membership]") {
   AgentCore core(1, 0, true);
   core.on_assignment(0);

@@ -4,17 +4,20 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,6 +150,39 @@ TEST_CASE("the supervisor reports how each worker ended, and signals the ones st
   CHECK(exits[1].status.torch_exitcode() == -SIGTERM);
   CHECK(exits[1].pid > 0);
   CHECK(sup.running().empty());
+}
+
+TEST_CASE("a worker's end is timed when its shim saw it, not when the agent's loop got to it", "[parts]") {
+  boost::asio::io_context io;
+  std::optional<WorkerExit> exit;
+  Supervisor sup(io, [&](const WorkerExit& e) {
+    exit = e;
+    io.stop();
+  });
+  WorkerLaunch w;
+  w.path = "/bin/sh";
+  w.argv = {"/bin/sh", "-c", "exit 4"};
+  w.envp = {"PATH=/usr/bin:/bin"};
+  w.out.mode = StreamPlan::Mode::devnull;
+  w.err.mode = StreamPlan::Mode::devnull;
+  auto before = std::chrono::system_clock::now();
+  REQUIRE(sup.start({w}).ok());
+  // The loop does not run until the shim (this process's only child) has
+  // ended, after its worker: the agent learns of the exit late.
+  auto deadline = std::chrono::steady_clock::now() + kBound;
+  bool shim_gone = false;
+  while (!shim_gone && std::chrono::steady_clock::now() < deadline) {
+    siginfo_t si{};
+    shim_gone = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0;
+    if (!shim_gone) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(shim_gone);
+  auto loop_ran = std::chrono::system_clock::now();
+  io.run_for(kBound);
+  REQUIRE(exit);
+  CHECK(exit->status.value == 4);
+  CHECK(exit->when >= before);
+  CHECK(exit->when < loop_ran);
 }
 
 TEST_CASE("the output pump hands the file raw bytes and the console prefixed lines, a partial last one too",
