@@ -119,7 +119,8 @@ std::vector<Action> AgentCore::on_worker_exit(int local_rank, ExitStatus status,
     // another node's failure: a failure of that round too, and perhaps the
     // first (this agent may only have learned of it late). The rendezvous
     // weighs the report in its verdict; once per attempt is enough.
-    if (!known && before_stop && coordinated_ && reason_ == StopReason::ordered && !reported_late_) {
+    if (!known && before_stop && coordinated_ && reason_ == StopReason::ordered && then_ != Then::finish &&
+        !reported_late_) {
       reported_late_ = true;
       out.push_back(action::ReportFailure{local_rank});
     }

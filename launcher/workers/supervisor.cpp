@@ -211,7 +211,9 @@ void Supervisor::watch_pid(Worker& w) {
 void Supervisor::read_pid(Worker& w) {
   if (w.pid != 0 || w.control < 0) return;
   int32_t pid = 0;
-  ssize_t r = ::recv(w.control, &pid, sizeof pid, MSG_DONTWAIT);
+  // MSG_TRUNC: the datagram's whole length, so that only the 4-byte PID
+  // message is taken for one.
+  ssize_t r = ::recv(w.control, &pid, sizeof pid, MSG_DONTWAIT | MSG_TRUNC);
   if (r == static_cast<ssize_t>(sizeof pid)) {
     w.pid = pid;
     if (on_pid_) on_pid_(w.local_rank, pid);
@@ -225,7 +227,7 @@ void Supervisor::read_pid(Worker& w) {
 std::optional<std::chrono::system_clock::time_point> Supervisor::read_exit_time(Worker& w) {
   if (w.control < 0) return std::nullopt;
   int64_t us = 0;
-  ssize_t r = ::recv(w.control, &us, sizeof us, MSG_DONTWAIT);
+  ssize_t r = ::recv(w.control, &us, sizeof us, MSG_DONTWAIT | MSG_TRUNC);
   if (r != static_cast<ssize_t>(sizeof us)) return std::nullopt;
   auto seen = std::chrono::system_clock::time_point(std::chrono::microseconds(us));
   auto now = std::chrono::system_clock::now();

@@ -283,6 +283,12 @@ TEST_CASE("a failure seen after the stop signal, or beside a stop of the node's 
     core.on_signal(SIGTERM);
     CHECK_FALSE(has<action::ReportFailure>(core.on_worker_exit(0, code(1), true)));
   }
+  SECTION("a finish order: the job is over, nothing to weigh") {
+    AgentCore core(1, 0, true);
+    core.on_assignment(0);
+    core.on_finish_order(1);
+    CHECK_FALSE(has<action::ReportFailure>(core.on_worker_exit(0, code(1), true)));
+  }
   SECTION("one node alone reports nothing") {
     AgentCore core(2, 1);
     core.start();

@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -167,13 +167,28 @@ TEST_CASE("a worker's end is timed when its shim saw it, not when the agent's lo
   w.err.mode = StreamPlan::Mode::devnull;
   auto before = std::chrono::system_clock::now();
   REQUIRE(sup.start({w}).ok());
-  // The loop does not run until the shim (this process's only child) has
-  // ended, after its worker: the agent learns of the exit late.
+  // The loop does not run until the shim (a child of this process named
+  // muster-shim) is a zombie, after its worker: the agent learns of the exit late.
+  auto zombie_shim = [] {
+    bool found = false;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream stat(entry.path() / "stat");
+      std::string line;
+      if (!std::getline(stat, line)) continue;
+      auto close = line.rfind(')');
+      if (close == std::string::npos || line.find("(muster-shim)") == std::string::npos) continue;
+      std::istringstream rest(line.substr(close + 1));
+      char state = 0;
+      long ppid = 0;
+      rest >> state >> ppid;
+      found = found || (state == 'Z' && ppid == getpid());
+    }
+    return found;
+  };
   auto deadline = std::chrono::steady_clock::now() + kBound;
   bool shim_gone = false;
   while (!shim_gone && std::chrono::steady_clock::now() < deadline) {
-    siginfo_t si{};
-    shim_gone = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0;
+    shim_gone = zombie_shim();
     if (!shim_gone) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   REQUIRE(shim_gone);
