@@ -95,6 +95,14 @@ namespace {
 constexpr auto kDrainLimit = std::chrono::seconds(2);
 // A shim's exit time further back than this is not believed (a clock step).
 constexpr auto kExitTimeLimit = std::chrono::seconds(60);
+
+// Takes the next datagram from the shim into `value` if it is exactly that
+// size (MSG_TRUNC gives the datagram's whole length); a datagram of another
+// size is dropped. Never blocks.
+template <typename T>
+bool take_datagram(int fd, T& value) {
+  return ::recv(fd, &value, sizeof value, MSG_DONTWAIT | MSG_TRUNC) == static_cast<ssize_t>(sizeof value);
+}
 }  // namespace
 
 Supervisor::Supervisor(boost::asio::io_context& io, ExitHandler on_exit) : io_(io), on_exit_(std::move(on_exit)) {}
@@ -211,10 +219,7 @@ void Supervisor::watch_pid(Worker& w) {
 void Supervisor::read_pid(Worker& w) {
   if (w.pid != 0 || w.control < 0) return;
   int32_t pid = 0;
-  // MSG_TRUNC: the datagram's whole length, so that only the 4-byte PID
-  // message is taken for one.
-  ssize_t r = ::recv(w.control, &pid, sizeof pid, MSG_DONTWAIT | MSG_TRUNC);
-  if (r == static_cast<ssize_t>(sizeof pid)) {
+  if (take_datagram(w.control, pid)) {
     w.pid = pid;
     if (on_pid_) on_pid_(w.local_rank, pid);
   }
@@ -227,8 +232,7 @@ void Supervisor::read_pid(Worker& w) {
 std::optional<std::chrono::system_clock::time_point> Supervisor::read_exit_time(Worker& w) {
   if (w.control < 0) return std::nullopt;
   int64_t us = 0;
-  ssize_t r = ::recv(w.control, &us, sizeof us, MSG_DONTWAIT | MSG_TRUNC);
-  if (r != static_cast<ssize_t>(sizeof us)) return std::nullopt;
+  if (!take_datagram(w.control, us)) return std::nullopt;
   auto seen = std::chrono::system_clock::time_point(std::chrono::microseconds(us));
   auto now = std::chrono::system_clock::now();
   if (seen > now || now - seen > kExitTimeLimit) return std::nullopt;
